@@ -1,0 +1,30 @@
+# Two commands on a fresh machine (Python 3.11 on PATH as python3):
+#   make run    creates .venv, installs the project, runs the main job end to end (embedded default)
+#   make test   creates .venv, installs the project, runs the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test test-fast lock clean
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --constraint requirements.lock --editable '.[dev]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(PY) -m pipelines.run $(ARGS)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest $(ARGS)
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not slow" $(ARGS)
+
+# Re-pin the transitive closure after changing pyproject.toml.
+lock: $(VENV)/.installed
+	$(PY) -m pip freeze --exclude-editable | grep -v '^-e ' > requirements.lock
+
+clean:
+	rm -rf $(VENV) outputs

@@ -1,0 +1,1 @@
+"""Collection stage: workloads, hardware registry, measurement backends, the measurement-row schema."""

@@ -1,0 +1,84 @@
+"""Simulated GPU measurements: a spec-driven analytical (roofline-style) model. No GPU is touched.
+
+Formulas (every constant is a config value; the hardware numbers come from ``conf/hardware/*.yaml``):
+
+* Roofline (Williams, Waterman, Patterson, "Roofline: an insightful visual performance model",
+  CACM 2009): a kernel takes at least ``max(FLOPs / peak_flops, bytes / bandwidth)``.
+* GEMM-like ops (matmul, bmm, linear, and conv2d as implicit GEMM with ``M = batch*h_out*w_out``,
+  ``N = c_out``, ``K = c_in*kernel^2``) are computed in output tiles of ``tile_m x tile_n``; tiles are
+  spread over the SMs in waves. Tile and wave quantization (NVIDIA, "Matrix Multiplication Background
+  User's Guide", Deep Learning Performance docs) make the compute time
+
+      t_compute = ceil(batch * ceil(M/tile_m) * ceil(N/tile_n) / SMs) * (2 * tile_m * tile_n * K)
+                  / (peak_flops[dtype] * compute_efficiency / SMs)
+
+  i.e. each wave costs one full tile per SM even when the last wave is partly empty.
+* Memory time ``t_memory = bytes / (bandwidth * memory_efficiency)``; elementwise, normalisation and
+  softmax ops are memory-bound (FlopCounterMode counts no FLOPs for them).
+* ``runtime = max(t_compute, t_memory) + launch_overhead``.
+
+Defaults: ``compute_efficiency = 0.8`` and ``memory_efficiency = 0.85`` (large cuBLAS GEMMs and
+STREAM-like copies reach roughly these fractions of datasheet peaks), ``launch_overhead_us = 5``
+(order of a CUDA launch plus framework dispatch), 128x128 tiles (a common cuBLAS/CUTLASS tile).
+This is a first simulator; it is deterministic and it is *not* a measurement (backend ``sim-roofline``).
+"""
+from __future__ import annotations
+
+import math
+
+from data.backends import base_row, environment
+from data.hardware import HardwareSpec
+from data.workloads import count_cost, validate
+
+
+def gemm_dims(op: str, p: dict) -> tuple[int, int, int, int] | None:
+    """``(batch, M, N, K)`` of the GEMM an op lowers to, or None for non-GEMM ops."""
+    if op in ("matmul", "linear"):
+        return 1, p["m"], p["n"], p["k"]
+    if op == "bmm":
+        return p["batch"], p["m"], p["n"], p["k"]
+    if op == "conv2d":
+        h_out = (p["h"] + 2 * p["padding"] - p["kernel"]) // p["stride"] + 1
+        w_out = (p["w"] + 2 * p["padding"] - p["kernel"]) // p["stride"] + 1
+        return 1, p["batch"] * h_out * w_out, p["c_out"], p["c_in"] * p["kernel"] ** 2
+    return None
+
+
+class SimRooflineBackend:
+    name = "sim-roofline"
+
+    def __init__(self, hardware: HardwareSpec, compute_efficiency: float = 0.8, memory_efficiency: float = 0.85,
+                 launch_overhead_us: float = 5.0, tile_m: int = 128, tile_n: int = 128,
+                 source: str = "sim-roofline"):
+        self.hardware = hardware
+        self.compute_efficiency = float(compute_efficiency)
+        self.memory_efficiency = float(memory_efficiency)
+        self.launch_overhead_us = float(launch_overhead_us)
+        self.tile_m, self.tile_n = int(tile_m), int(tile_n)
+        self.source = source
+
+    def runtime_s(self, op: str, params: dict, dtype: str) -> float:
+        hw = self.hardware
+        p = validate(op, params, dtype)
+        _, nbytes = count_cost(op, p, dtype)
+        t_memory = nbytes / (hw.bandwidth_bytes_s * self.memory_efficiency)
+        t_compute = 0.0
+        dims = gemm_dims(op, p)
+        if dims is not None:
+            batch, m, n, k = dims
+            tiles = batch * math.ceil(m / self.tile_m) * math.ceil(n / self.tile_n)
+            waves = math.ceil(tiles / hw.sm_count)
+            per_sm = hw.peak_flops(dtype) * self.compute_efficiency / hw.sm_count
+            t_compute = waves * (2.0 * self.tile_m * self.tile_n * k) / per_sm
+        return max(t_compute, t_memory) + self.launch_overhead_us * 1e-6
+
+    def measure(self, workload: dict) -> dict:
+        env = environment(model="sim-roofline", compute_efficiency=self.compute_efficiency,
+                          memory_efficiency=self.memory_efficiency, launch_overhead_us=self.launch_overhead_us,
+                          tile=[self.tile_m, self.tile_n])
+        row = base_row(workload, self.hardware.id, self.name, self.source, env)
+        op, params, dtype = workload["op"], workload["params"], workload["dtype"]
+        row["flops"], row["bytes"] = count_cost(op, params, dtype)
+        row.update(status="ok", error=None, runtime_ms=self.runtime_s(op, params, dtype) * 1e3,
+                   runtime_iqr_ms=None, runtime_repeats=None)
+        return row

@@ -1,0 +1,84 @@
+"""The one measurement-row schema. Every backend and importer writes these rows; every reader validates them.
+
+A row is one workload (op + shape + dtype) on one hardware by one backend. Units are in the names.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import pandera.pandas as pa
+
+from data.workloads import DTYPES, OPS, SHAPE_PARAMS
+
+BACKENDS = ("cpu", "cuda", "sim-roofline", "sim-systolic", "import")
+STATUSES = ("ok", "error")
+
+
+def _nullable(dtype, *checks) -> pa.Column:
+    return pa.Column(dtype, checks=list(checks), nullable=True, required=True)
+
+
+MeasurementSchema = pa.DataFrameSchema(
+    {
+        "op": pa.Column(str, pa.Check.isin(list(OPS))),
+        "family": pa.Column(str),
+        "dtype": pa.Column(str, pa.Check.isin(list(DTYPES))),
+        **{p: _nullable("Int64", pa.Check.ge(0)) for p in SHAPE_PARAMS},
+        "shape_id": pa.Column(str, pa.Check.str_length(1, 64)),
+        "hardware": pa.Column(str, pa.Check.str_length(1, 128)),
+        "backend": pa.Column(str, pa.Check.isin(list(BACKENDS))),
+        "status": pa.Column(str, pa.Check.isin(list(STATUSES))),
+        "error": _nullable(str),
+        "runtime_ms": _nullable(float, pa.Check.gt(0)),
+        "runtime_iqr_ms": _nullable(float, pa.Check.ge(0)),
+        "runtime_repeats": _nullable("Int64", pa.Check.ge(1)),
+        "power_w": _nullable(float, pa.Check.gt(0)),
+        "energy_j": _nullable(float, pa.Check.gt(0)),
+        "peak_mem_bytes": _nullable(float, pa.Check.ge(0)),
+        "flops": pa.Column(float, pa.Check.ge(0)),
+        "bytes": pa.Column(float, pa.Check.gt(0)),
+        "source": pa.Column(str),
+        "env": pa.Column(str),  # JSON: library versions, threads, host, method notes
+        "timestamp": pa.Column(pd.DatetimeTZDtype("ns", "UTC")),
+    },
+    checks=[
+        pa.Check(lambda df: (df["status"] != "ok") | df["runtime_ms"].notna(),
+                 error="rows with status 'ok' need runtime_ms"),
+        pa.Check(lambda df: (df["status"] != "error") | df["error"].notna(),
+                 error="rows with status 'error' need an error message"),
+    ],
+    strict=True,
+    coerce=True,
+    ordered=False,
+    name="measurement",
+)
+
+COLUMNS: list[str] = list(MeasurementSchema.columns)
+
+
+class SchemaViolation(ValueError):
+    """Rows that do not fit the measurement schema; the message names the column and check."""
+
+
+def validate(df: pd.DataFrame) -> pd.DataFrame:
+    """Coerce and validate; raises :class:`SchemaViolation` with a one-line message naming the problem."""
+    df = df.copy()
+    for col in COLUMNS:  # optional measurements may be absent from a backend's rows
+        if col not in df.columns and MeasurementSchema.columns[col].nullable:
+            df[col] = None
+    try:
+        return MeasurementSchema.validate(df)[COLUMNS]
+    except (pa.errors.SchemaError, pa.errors.SchemaErrors) as exc:
+        first = " ".join(str(exc).split())  # pandera's messages span lines; keep one
+        if isinstance(exc, pa.errors.SchemaErrors):
+            first = "; ".join(" ".join(str(e).split()) for e in exc.schema_errors)
+        raise SchemaViolation(f"measurement rows fail the schema: {first[:400]}") from None
+
+
+def dataset_hash(df: pd.DataFrame) -> str:
+    """Content hash of a dataset (row order and values), independent of the file's bytes."""
+    h = hashlib.sha256()
+    h.update(",".join(df.columns).encode())
+    h.update(pd.util.hash_pandas_object(df.astype({c: str for c in df.columns if df[c].dtype == object}), index=False).values.tobytes())
+    return h.hexdigest()

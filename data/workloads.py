@@ -1,0 +1,181 @@
+"""Workload definitions: one place that knows each op, its shape parameters and how to build it.
+
+A workload is ``(op, params, dtype)``. The same builder serves three callers:
+
+* the CPU backend runs it on real tensors;
+* :func:`count_cost` runs it on ``meta`` tensors under :class:`torch.utils.flop_counter.FlopCounterMode`
+  to get FLOPs and bytes without allocating (used by the simulators and the featurizer, so a user who
+  only gives shapes gets the same FLOPs/bytes the measured rows carry);
+* validation (:func:`validate`) for rows a user hands in.
+
+Conventions (one for every source; importers map theirs onto these):
+
+* ``matmul``  A[m,k] @ B[k,n]
+* ``bmm``     A[batch,m,k] @ B[batch,k,n]
+* ``linear``  input [m,k] (m = batch x tokens) -> Linear(k, n, bias=True) -> [m,n]
+* ``conv2d``  input [batch,c_in,h,w], Conv2d(c_in, c_out, kernel, stride, padding, bias=True)
+* ``layernorm`` LayerNorm(n) over input [m,n]; ``softmax`` over the last dim of [m,n]
+* ``add`` x[m,n] + y[m,n]; ``gelu`` gelu(x[m,n])
+
+``flops`` is what FlopCounterMode counts (it counts matmul/conv/attention FLOPs and nothing for
+elementwise, normalisation or softmax ops, whose cost is memory traffic). ``bytes`` is every input,
+weight and output tensor touched once.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+# Every shape parameter any op uses; the measurement schema has one nullable column per name.
+SHAPE_PARAMS: tuple[str, ...] = (
+    "batch", "m", "n", "k", "c_in", "c_out", "h", "w", "kernel", "stride", "padding",
+)
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "tf32": torch.float32,  # float32 storage, tensor-core TF32 math (GPU only)
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+class WorkloadError(ValueError):
+    """A workload description that cannot be built (unknown op, missing or invalid shape)."""
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    family: str
+    params: tuple[str, ...]
+    build: Callable[[Mapping[str, int], torch.dtype, str], tuple[Callable, tuple, tuple]]
+    # build returns (fn, inputs, weights); fn(*inputs) runs the op
+
+
+def _t(shape, dtype, device):
+    if device == "meta":
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.randn(shape, dtype=dtype, device=device)
+
+
+def _matmul(p, dtype, device):
+    a, b = _t((p["m"], p["k"]), dtype, device), _t((p["k"], p["n"]), dtype, device)
+    return torch.matmul, (a, b), ()
+
+
+def _bmm(p, dtype, device):
+    a = _t((p["batch"], p["m"], p["k"]), dtype, device)
+    b = _t((p["batch"], p["k"], p["n"]), dtype, device)
+    return torch.bmm, (a, b), ()
+
+
+def _linear(p, dtype, device):
+    mod = torch.nn.Linear(p["k"], p["n"], bias=True, device=device, dtype=dtype)
+    return mod, (_t((p["m"], p["k"]), dtype, device),), tuple(mod.parameters())
+
+
+def _conv2d(p, dtype, device):
+    mod = torch.nn.Conv2d(p["c_in"], p["c_out"], p["kernel"], stride=p["stride"],
+                          padding=p["padding"], bias=True, device=device, dtype=dtype)
+    x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
+    return mod, (x,), tuple(mod.parameters())
+
+
+def _layernorm(p, dtype, device):
+    mod = torch.nn.LayerNorm(p["n"], device=device, dtype=dtype)
+    return mod, (_t((p["m"], p["n"]), dtype, device),), tuple(mod.parameters())
+
+
+def _softmax(p, dtype, device):
+    return functools.partial(torch.softmax, dim=-1), (_t((p["m"], p["n"]), dtype, device),), ()
+
+
+def _add(p, dtype, device):
+    return torch.add, (_t((p["m"], p["n"]), dtype, device), _t((p["m"], p["n"]), dtype, device)), ()
+
+
+def _gelu(p, dtype, device):
+    return F.gelu, (_t((p["m"], p["n"]), dtype, device),), ()
+
+
+OPS: dict[str, OpSpec] = {
+    "matmul": OpSpec("gemm", ("m", "n", "k"), _matmul),
+    "bmm": OpSpec("gemm", ("batch", "m", "n", "k"), _bmm),
+    "linear": OpSpec("gemm", ("m", "n", "k"), _linear),
+    "conv2d": OpSpec("conv", ("batch", "c_in", "c_out", "h", "w", "kernel", "stride", "padding"), _conv2d),
+    "layernorm": OpSpec("norm", ("m", "n"), _layernorm),
+    "softmax": OpSpec("softmax", ("m", "n"), _softmax),
+    "add": OpSpec("elementwise", ("m", "n"), _add),
+    "gelu": OpSpec("elementwise", ("m", "n"), _gelu),
+}
+
+
+def validate(op: str, params: Mapping[str, object], dtype: str = "float32") -> dict[str, int]:
+    """Return the op's shape parameters as plain ints, or raise :class:`WorkloadError` naming the problem."""
+    if op not in OPS:
+        raise WorkloadError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+    if dtype not in DTYPES:
+        raise WorkloadError(f"unknown dtype {dtype!r}; known dtypes: {', '.join(DTYPES)}")
+    out: dict[str, int] = {}
+    for name in OPS[op].params:
+        value = params.get(name)
+        try:
+            missing = value is None or value != value  # None or NaN
+            ivalue = int(value) if not missing else 0
+        except (TypeError, ValueError):
+            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}") from None
+        if missing:
+            raise WorkloadError(f"op {op!r} needs shape parameter {name!r} (needs {', '.join(OPS[op].params)})")
+        if ivalue != value and float(value) != ivalue:
+            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}")
+        lowest = 0 if name == "padding" else 1
+        if ivalue < lowest:
+            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be >= {lowest}, got {ivalue}")
+        out[name] = ivalue
+    if op == "conv2d":
+        for side in ("h", "w"):
+            if out[side] + 2 * out["padding"] < out["kernel"]:
+                raise WorkloadError(f"op 'conv2d': kernel {out['kernel']} larger than padded input {side}={out[side]}")
+    return out
+
+
+def family(op: str) -> str:
+    if op not in OPS:
+        raise WorkloadError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+    return OPS[op].family
+
+
+def shape_id(op: str, params: Mapping[str, int]) -> str:
+    """Stable id of an (op, shape) configuration, the grouping key for held-out-shape splits."""
+    key = op + "|" + ",".join(f"{k}={params.get(k)}" for k in OPS[op].params)
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def build(op: str, params: Mapping[str, int], dtype: str, device: str = "cpu"):
+    """Build ``(fn, inputs, weights)`` for a validated workload on ``device``."""
+    p = validate(op, params, dtype)
+    return OPS[op].build(p, DTYPES[dtype], device)
+
+
+def _nbytes(tensors) -> int:
+    return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+@functools.lru_cache(maxsize=65536)
+def _count_cost_cached(op: str, items: tuple[tuple[str, int], ...], dtype: str) -> tuple[float, float]:
+    fn, inputs, weights = build(op, dict(items), dtype, device="meta")
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = fn(*inputs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return float(counter.get_total_flops()), float(_nbytes(inputs) + _nbytes(weights) + _nbytes(outs))
+
+
+def count_cost(op: str, params: Mapping[str, object], dtype: str) -> tuple[float, float]:
+    """FLOPs (FlopCounterMode) and bytes moved (inputs + weights + outputs once), without allocating."""
+    p = validate(op, params, dtype)
+    return _count_cost_cached(op, tuple(sorted(p.items())), dtype)

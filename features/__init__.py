@@ -1,0 +1,1 @@
+"""Feature stage: turn workload descriptions (+ hardware names) into model inputs."""

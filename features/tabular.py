@@ -1,0 +1,93 @@
+"""Tabular encoding: layer-shape features + hardware-spec features, joined by hardware name.
+
+Input is a *workload description* frame: ``op``, ``hardware``, optional ``dtype`` (default float32)
+and the op's shape columns (``data.workloads.SHAPE_PARAMS``). Measured rows are such frames too, so
+training and prediction go through the same code. FLOPs and bytes are derived from the description
+(``data.workloads.count_cost``), never read from a measurement, so a user who gives only shapes gets the
+same features. Hardware enters only through its spec numbers, which is what lets a model predict for a
+GPU that has a spec but no measurements.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from data.hardware import HardwareRegistry
+from data.workloads import DTYPES, OPS, SHAPE_PARAMS, WorkloadError, count_cost, validate
+
+DTYPE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
+REQUIRED = ("op", "hardware")
+
+
+class FeatureError(ValueError):
+    """A workload description that cannot be featurized; the message names the row and the problem."""
+
+
+def roofline_s(flops, nbytes, peak_flops, bandwidth):
+    """Classic roofline lower bound (Williams et al. 2009): max(compute time, memory time)."""
+    return np.maximum(np.asarray(flops) / np.asarray(peak_flops), np.asarray(nbytes) / np.asarray(bandwidth))
+
+
+class TabularFeaturizer:
+    def __init__(self, registry: HardwareRegistry):
+        self.registry = registry
+
+    def check(self, workloads: pd.DataFrame) -> pd.DataFrame:
+        """Validate a description frame at the boundary: returns a normalised copy or raises FeatureError."""
+        if not isinstance(workloads, pd.DataFrame):
+            raise FeatureError(f"expected a DataFrame of workloads, got {type(workloads).__name__}")
+        missing = [c for c in REQUIRED if c not in workloads.columns]
+        if missing:
+            raise FeatureError(f"workloads lack column(s) {', '.join(missing)} (need op, hardware, dtype and shape columns)")
+        df = workloads.reset_index(drop=True).copy()
+        df["dtype"] = df["dtype"].fillna("float32") if "dtype" in df.columns else "float32"
+        for col in SHAPE_PARAMS:
+            if col not in df.columns:
+                df[col] = np.nan
+        hw_ids, shapes = [], []
+        for i, row in enumerate(df.itertuples(index=False)):
+            try:
+                params = validate(str(row.op), {p: getattr(row, p) for p in SHAPE_PARAMS}, str(row.dtype))
+                hw_ids.append(self.registry.resolve(str(row.hardware)))
+            except (WorkloadError, KeyError) as exc:
+                raise FeatureError(f"row {i}: {exc}") from None
+            shapes.append(params)
+        df["hardware"] = hw_ids
+        df["op"], df["dtype"] = df["op"].astype(str), df["dtype"].astype(str)
+        for col in SHAPE_PARAMS:
+            df[col] = [float(p.get(col, 0)) for p in shapes]
+        return df
+
+    def transform(self, workloads: pd.DataFrame) -> pd.DataFrame:
+        df = self.check(workloads)
+        costs = [count_cost(op, {p: row[p] for p in SHAPE_PARAMS}, dt)
+                 for op, dt, (_, row) in zip(df["op"], df["dtype"], df[list(SHAPE_PARAMS)].iterrows())]
+        flops = np.array([c[0] for c in costs])
+        nbytes = np.array([c[1] for c in costs])
+        specs = [self.registry.get(h) for h in df["hardware"]]
+        peak = np.array([s.peak_flops(dt) for s, dt in zip(specs, df["dtype"])])
+        bw = np.array([s.bandwidth_bytes_s for s in specs])
+
+        X = pd.DataFrame({p: df[p].to_numpy(float) for p in SHAPE_PARAMS})
+        for op in OPS:
+            X[f"op_{op}"] = (df["op"] == op).to_numpy(float)
+        for dt in DTYPES:
+            X[f"dtype_{dt}"] = (df["dtype"] == dt).to_numpy(float)
+        X["dtype_bytes"] = df["dtype"].map(DTYPE_BYTES).to_numpy(float)
+        X["log2_flops"] = np.log2(flops + 1)
+        X["log2_bytes"] = np.log2(nbytes)
+        X["log2_intensity"] = np.log2(flops / nbytes + 1e-3)
+        X["hw_is_gpu"] = np.array([s.kind == "gpu" for s in specs], float)
+        X["hw_sm_count"] = [float(s.sm_count) for s in specs]
+        X["hw_clock_mhz"] = [float(s.boost_clock_mhz) for s in specs]
+        X["hw_memory_gb"] = [float(s.memory_gb) for s in specs]
+        X["hw_l2_mb"] = [float(s.l2_cache_mb) for s in specs]
+        X["hw_log2_peak_flops"] = np.log2(peak)
+        X["hw_log2_peak_fp32"] = np.log2([s.peak_flops("float32") for s in specs])
+        X["hw_log2_bandwidth"] = np.log2(bw)
+        X["hw_ridge_intensity"] = peak / bw
+        X["roofline_compute_ms"] = flops / peak * 1e3
+        X["roofline_memory_ms"] = nbytes / bw * 1e3
+        X["roofline_ms"] = roofline_s(flops, nbytes, peak, bw) * 1e3
+        X["log2_roofline_ms"] = np.log2(X["roofline_ms"])
+        return X

@@ -1,0 +1,81 @@
+"""The one model interface every surrogate implements (scikit-learn / TVM cost-model style).
+
+* ``__init__`` stores hyper-parameters verbatim and does nothing else;
+* ``fit(X, y)`` learns from a tabular feature frame ``X`` and positive targets ``y`` and returns self;
+* ``predict(X)`` returns positive predictions in the target's own unit, without side effects;
+* ``save(dir)`` / ``load(dir)`` round-trip the fitted model through a directory holding ``model.json``
+  (class, hyper-parameters, target) plus whatever payload the model needs.
+
+Runtimes span orders of magnitude, so learned models fit ``log(y)`` and predict ``exp(.)``.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+META = "model.json"
+
+
+class CostModel(ABC):
+    name: str = "base"
+
+    def get_params(self) -> dict:
+        sig = inspect.signature(type(self).__init__)
+        return {p: getattr(self, p) for p in sig.parameters if p != "self"}
+
+    @abstractmethod
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> "CostModel": ...
+
+    @abstractmethod
+    def predict(self, X: pd.DataFrame) -> np.ndarray: ...
+
+    def _save_payload(self, path: Path) -> None:  # models with learned state override these two
+        pass
+
+    def _load_payload(self, path: Path) -> None:
+        pass
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "params": self.get_params()}
+        (path / META).write_text(json.dumps(meta, indent=1, default=str))
+        self._save_payload(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CostModel":
+        path = Path(path)
+        meta = json.loads((path / META).read_text())
+        model = cls(**meta["params"])
+        model._load_payload(path)
+        return model
+
+
+def load_model(path: str | Path) -> CostModel:
+    """Load any saved :class:`CostModel`, dispatching on the class recorded in ``model.json``."""
+    meta = json.loads((Path(path) / META).read_text())
+    module, _, qualname = meta["class"].rpartition(".")
+    cls = getattr(importlib.import_module(module), qualname)
+    if not (isinstance(cls, type) and issubclass(cls, CostModel)):
+        raise TypeError(f"{meta['class']} is not a CostModel")
+    return cls.load(path)
+
+
+def check_xy(X: pd.DataFrame, y: np.ndarray | None = None) -> tuple[pd.DataFrame, np.ndarray | None]:
+    if not isinstance(X, pd.DataFrame):
+        raise TypeError(f"X must be a feature DataFrame, got {type(X).__name__}")
+    if y is None:
+        return X, None
+    y = np.asarray(y, dtype=float)
+    if y.shape != (len(X),):
+        raise ValueError(f"y has shape {y.shape}, expected ({len(X)},)")
+    if not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("targets must be finite and > 0 (they are fitted in log space)")
+    return X, y

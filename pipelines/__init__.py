@@ -1,0 +1,1 @@
+"""Hydra entry points that compose the stages (data -> features -> models -> MLflow)."""

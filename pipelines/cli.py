@@ -1,0 +1,122 @@
+"""``costmodel``: the command line other tools call.
+
+    costmodel predict --model models:/costmodel-runtime@champion --input workloads.csv [--output preds.csv]
+
+Input: CSV or JSON lines, one workload per row (``op``, ``hardware``, ``dtype``, shape columns).
+Output: the input columns plus one column per predicted target, as CSV (stdout or ``--output``; a
+``.jsonl`` output path writes JSON lines). Any bad input ends with one ``costmodel: error: ...`` line
+on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+DEFAULT_STORE = Path("outputs") / "mlflow.db"
+
+
+class CliError(Exception):
+    pass
+
+
+def _read_table(path: Path):
+    import pandas as pd
+
+    if not path.exists():
+        raise CliError(f"input file not found: {path}")
+    try:
+        if path.suffix in (".jsonl", ".ndjson"):
+            df = pd.read_json(path, lines=True)
+        elif path.suffix == ".csv":
+            df = pd.read_csv(path)
+        else:
+            raise CliError(f"unsupported input {path.name!r}: use .csv or .jsonl")
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise CliError(f"cannot parse {path}: {str(exc).splitlines()[0]}") from None
+    if df.empty:
+        raise CliError(f"{path} holds no workloads")
+    return df
+
+
+def _tracking_uri(arg: str | None) -> str | None:
+    if arg:
+        return arg
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if DEFAULT_STORE.exists():  # the main job's embedded store, when run from the project folder
+        return f"sqlite:///{DEFAULT_STORE.resolve()}"
+    return None
+
+
+def _schema_reason(message: str) -> str:
+    """MLflow's schema errors quote the whole input frame first; keep the reason after ``Error:``."""
+    reason = message.rsplit("Error: ", 1)[-1] if "Error: " in message else message
+    return " ".join(reason.split())[:300]
+
+
+def predict(args) -> int:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from features.tabular import FeatureError
+
+    workloads = _read_table(Path(args.input))
+    uri = _tracking_uri(args.tracking_uri)
+    if uri:
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
+    try:
+        model = mlflow.pyfunc.load_model(args.model)
+    except (MlflowException, OSError) as exc:
+        raise CliError(f"cannot load model {args.model!r}: {str(exc).strip().splitlines()[0]}") from None
+    try:
+        preds = model.predict(workloads)
+    except FeatureError as exc:
+        raise CliError(str(exc)) from None
+    except MlflowException as exc:
+        raise CliError(f"bad input: {_schema_reason(str(exc))}") from None
+    out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True))
+    if args.output:
+        path = Path(args.output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix in (".jsonl", ".ndjson"):
+            out.to_json(path, orient="records", lines=True)
+        else:
+            out.to_csv(path, index=False)
+        print(f"wrote {len(out)} predictions to {path}", file=sys.stderr)
+    else:
+        out.to_csv(sys.stdout, index=False)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="costmodel", description="Surrogate cost models for ML kernels.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("predict", help="predict costs for workloads with a registered or logged model")
+    p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")
+    p.add_argument("--input", required=True, help="workloads as .csv or .jsonl")
+    p.add_argument("--output", help="write predictions here (.csv or .jsonl) instead of stdout")
+    p.add_argument("--tracking-uri", help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, "
+                                          "else ./outputs/mlflow.db if present)")
+    p.set_defaults(func=predict)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    warnings.filterwarnings("ignore")
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"costmodel: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Main job: collect -> featurize -> train -> evaluate -> track -> register, on the embedded default.
+
+    python -m pipelines.run                 # see conf/run.yaml for what can be overridden
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+
+import hydra
+import numpy as np
+import pandas as pd
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from data.collect import collect_from_config
+from data.hardware import CONF_DIR, HardwareRegistry
+from data.schema import dataset_hash
+from data.store import write_dataset
+from data.workloads import SHAPE_PARAMS
+from features.tabular import TabularFeaturizer
+from models.evaluate import evaluate
+from models.splits import SPLITS
+from pipelines import tracking
+
+log = logging.getLogger(__name__)
+console = Console()
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+warnings.filterwarnings("ignore", category=UserWarning, module=r"mlflow\.")
+logging.getLogger("mlflow").setLevel(logging.ERROR)
+
+
+def run(cfg: DictConfig) -> dict:
+    """Run the main job for a composed config; returns per-model metrics, the registered version, paths."""
+    t_start = time.perf_counter()
+    out = Path(cfg.paths.output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    registry = HardwareRegistry.from_dir(cfg.paths.hardware_dir or CONF_DIR)
+    target = cfg.target
+
+    # 1. collect
+    rows, cpu_spec = collect_from_config(cfg.collect, registry, progress=cfg.progress)
+    if cpu_spec is not None:
+        registry.add(cpu_spec)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    digest = dataset_hash(rows)
+    dataset_path = write_dataset(rows, out / "datasets" / f"measurements-{stamp}-{digest[:8]}.parquet")
+    ok = rows[rows["status"] == "ok"].reset_index(drop=True)
+    console.print(f"collected {len(rows)} rows ({len(rows) - len(ok)} errors) -> {dataset_path}", soft_wrap=True)
+
+    # 2. featurize
+    X = TabularFeaturizer(registry).transform(ok)
+    y = ok[target].to_numpy(float)
+
+    # 3. split: held-out shapes
+    train, test = SPLITS[cfg.split.name](ok, test_size=cfg.split.test_size, seed=cfg.split.seed)
+    console.print(f"split {cfg.split.name}: {len(train)} train rows, {len(test)} test rows "
+                  f"({ok.loc[test, 'shape_id'].nunique()} held-out shapes)")
+
+    # 4-6. train, evaluate, track
+    uri = tracking.setup(cfg.mlflow, out)
+    params = tracking.flat_params(cfg, ["collect", "split"]) | {"target": target, "seed": str(cfg.seed)}
+    describe = ["op", "hardware", "dtype", *SHAPE_PARAMS]
+    input_example = ok.loc[test[:3], describe].astype({p: float for p in SHAPE_PARAMS})
+    results: dict[str, dict] = {}
+    for name, model_cfg in cfg.model.items():
+        model = instantiate(model_cfg)
+        t0 = time.perf_counter()
+        model.fit(X.iloc[train], y[train])
+        fit_s = time.perf_counter() - t0
+        pred = model.predict(X.iloc[test])
+        metrics = evaluate(ok.loc[test, "hardware"], y[test], pred)
+        test_frame = ok.loc[test, describe + [target]].assign(**{f"pred_{target}": pred})
+        model_uri = tracking.log_model_run(
+            name=name, model=model, metrics=metrics,
+            params=params | tracking.flat_params(cfg.model, [name]),
+            test_frame=test_frame, target=target, registry=registry, input_example=input_example,
+            dataset=rows, dataset_source=str(dataset_path), dataset_digest=digest, fit_seconds=fit_s)
+        results[name] = {"metrics": metrics, "model_uri": model_uri, "fit_seconds": fit_s}
+        log.info("%s: held-out MAPE %.1f%%", name, metrics["all"]["mape"])
+
+    # 7. register the best model
+    key = cfg.register.select_metric
+    best = min(results, key=lambda n: results[n]["metrics"]["all"][key])
+    version = tracking.register(results[best]["model_uri"], cfg.register.name, cfg.register.alias,
+                                results[best]["metrics"]["all"])
+    wall = time.perf_counter() - t_start
+    _summary(results, best, cfg, uri, version, wall)
+    return {"results": results, "best": best, "version": version, "tracking_uri": uri,
+            "dataset": str(dataset_path), "dataset_sha256": digest, "wall_seconds": wall,
+            "hardware": registry.ids}
+
+
+def _summary(results: dict, best: str, cfg: DictConfig, uri: str, version: str, wall: float) -> None:
+    table = Table(title=f"held-out shapes ({cfg.split.name}): {cfg.target}", show_lines=False)
+    for col in ("model", "hardware", "n", "MAPE %", "MedAPE %", "R² (log)", "Kendall τ"):
+        table.add_column(col, justify="left" if col in ("model", "hardware") else "right")
+    for name, res in results.items():
+        for scope, m in res["metrics"].items():
+            table.add_row(name + (" *" if name == best else "") if scope == "all" else "", scope, f"{m['n']:.0f}",
+                          f"{m['mape']:.1f}", f"{m['medape']:.1f}", f"{m.get('r2_log', np.nan):.3f}",
+                          f"{m.get('kendall_tau', np.nan):.3f}", end_section=(scope == list(res["metrics"])[-1]))
+    console.print(table)
+    name, alias = cfg.register.name, cfg.register.alias
+    console.print(f"* registered {best!r} as {name} version {version}, alias @{alias}  (wall time {wall:.0f} s)\n",
+                  soft_wrap=True)
+    example = "[dict(op='matmul', m=1024, n=1024, k=1024, dtype='float16', hardware='H100-SXM')]"
+    print("Predict from the shell (workloads.csv: op, hardware, dtype and shape columns such as m,n,k):")
+    print(f"  MLFLOW_TRACKING_URI={uri} costmodel predict --model models:/{name}@{alias} --input workloads.csv")
+    print("Predict from Python:")
+    print(f"  python -c \"import mlflow, pandas as pd; mlflow.set_tracking_uri('{uri}'); "
+          f"m = mlflow.pyfunc.load_model('models:/{name}@{alias}'); print(m.predict(pd.DataFrame({example})))\"")
+    print("Browse runs, metrics and plots:")
+    print(f"  mlflow ui --backend-store-uri {uri} --port 5000")
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="run")
+def main(cfg: DictConfig) -> float:
+    summary = run(cfg)
+    return summary["results"][summary["best"]]["metrics"]["all"][cfg.register.select_metric]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The main job end to end (real entry point, real CPU kernels, real MLflow sqlite store) at a tiny size."""
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+from mlflow.tracking import MlflowClient
+
+from data.schema import dataset_hash
+from data.store import read_dataset
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_default_config_composes():
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("run")
+    assert set(cfg.model) == {"rf", "xgb", "roofline"}
+    assert {"A100-PCIe-40GB", "H100-SXM", "L4", "T4", "V100-PCIe-32GB"} <= set(cfg.collect.sim.hardware)
+    assert cfg.split.name == "held_out_shapes" and cfg.mlflow.tracking_uri is None
+
+
+def test_main_job_tracks_registers_and_serves(tiny_run):
+    out, uri = tiny_run["out"], tiny_run["uri"]
+    assert "registered" in tiny_run["stdout"] and "mlflow ui --backend-store-uri" in tiny_run["stdout"]
+    [dataset] = list((out / "datasets").glob("*.parquet"))
+    rows = read_dataset(dataset)  # validates against the schema
+    assert {"cpu", "sim-roofline"} == set(rows["backend"])
+    cpu = rows[rows["backend"] == "cpu"]
+    assert (cpu["runtime_repeats"] >= 1).all() and cpu["runtime_iqr_ms"].notna().all()
+    assert set(cpu["op"]) == {"matmul", "bmm", "linear", "conv2d", "layernorm", "softmax", "add", "gelu"}
+
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    exp = client.get_experiment_by_name("costmodel")
+    runs = client.search_runs([exp.experiment_id])
+    assert sorted(r.data.tags["model"] for r in runs) == ["rf", "roofline", "xgb"]
+    for r in runs:
+        m = r.data.metrics
+        for key in ("test/all/mape", "test/all/medape", "test/all/r2_log", "test/all/kendall_tau", "test/T4/mape"):
+            assert key in m, key
+        assert r.data.tags["dataset_sha256"] == dataset_hash(rows)
+        assert r.data.params["collect.cpu.num_threads"] == "1" and "split.test_size" in r.data.params
+        arts = {a.path for a in client.list_artifacts(r.info.run_id, "eval")}
+        assert {"eval/parity.png", "eval/error_cdf.png", "eval/heldout_predictions.csv"} <= arts
+        assert len(r.inputs.dataset_inputs) == 1
+    # the best run (lowest held-out MAPE) is the champion
+    best = min(runs, key=lambda r: r.data.metrics["test/all/mape"])
+    mv = client.get_model_version_by_alias("costmodel-runtime", "champion")
+    assert mv.run_id == best.info.run_id
+    assert float(mv.tags["test_mape"]) == pytest.approx(best.data.metrics["test/all/mape"], rel=1e-5)
+
+    # registry round trip: load @champion and predict, for a GPU and for the measured CPU
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion")
+    cpu_id = cpu["hardware"].iloc[0]
+    frame = pd.DataFrame([
+        {"op": "matmul", "m": 512, "n": 512, "k": 512, "dtype": "float16", "hardware": "A100-PCIe-40GB"},
+        {"op": "conv2d", "batch": 1, "c_in": 64, "c_out": 64, "h": 56, "w": 56, "kernel": 3, "stride": 1,
+         "padding": 1, "hardware": cpu_id},
+    ])
+    pred = model.predict(frame)
+    assert list(pred.columns) == ["runtime_ms"] and (pred["runtime_ms"] > 0).all()
+    # the held-out predictions logged for the champion come back from the registered model
+    held = pd.read_csv(Path(mlflow.artifacts.download_artifacts(run_id=best.info.run_id,
+                                                                 artifact_path="eval/heldout_predictions.csv")))
+    again = model.predict(held.drop(columns=["runtime_ms", "pred_runtime_ms"]))
+    pd.testing.assert_series_equal(again["runtime_ms"], held["pred_runtime_ms"], check_names=False, rtol=1e-6)
