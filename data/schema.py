@@ -36,10 +36,22 @@ MeasurementSchema = pa.DataFrameSchema(
         "power_w": _nullable(float, pa.Check.gt(0)),
         "energy_j": _nullable(float, pa.Check.gt(0)),
         "peak_mem_bytes": _nullable(float, pa.Check.ge(0)),
+        # FPGA / accelerator resources and cycle counts (synthesis or cycle-level simulation results)
+        **{c: _nullable(float, pa.Check.ge(0)) for c in
+           ("lut", "ff", "dsp", "bram_18k", "uram", "latency_cycles", "interval_cycles")},
+        # how the numbers were obtained, and the device state while they were
+        "timing_method": _nullable(str),   # e.g. blocked_autorange, cuda_events, cuda_graph, simulated
+        "power_method": _nullable(str),    # e.g. nvml_energy_counter, nvml_power_sampled, rapl
+        "sm_clock_mhz": _nullable(float, pa.Check.ge(0)),
+        "mem_clock_mhz": _nullable(float, pa.Check.ge(0)),
+        "temperature_c": _nullable(float),
+        "throttled": _nullable("boolean"),
         "flops": pa.Column(float, pa.Check.ge(0)),
         "bytes": pa.Column(float, pa.Check.gt(0)),
-        "source": pa.Column(str),
-        "env": pa.Column(str),  # JSON: library versions, threads, host, method notes
+        "config": _nullable(str),  # JSON: knobs that are not shapes (tunables, reuse factor, ...); features may use
+        "source": pa.Column(str),  # provenance: backend sweep name or "<dataset>@<upstream commit>"
+        "meta": _nullable(str),    # JSON: provenance details never used as features (kernel names, grid, pass)
+        "env": pa.Column(str),     # JSON: library versions, threads, host, method notes
         "timestamp": pa.Column(pd.DatetimeTZDtype("ns", "UTC")),
     },
     checks=[

@@ -47,7 +47,7 @@ def parity_plot(hardware, y_true, y_pred, title: str, path) -> None:
     lo = float(min(np.min(y_true), np.min(y_pred)))
     hi = float(max(np.max(y_true), np.max(y_pred)))
     ax.plot([lo, hi], [lo, hi], "k--", lw=1)
-    ax.set(xscale="log", yscale="log", xlabel="measured runtime (ms)", ylabel="predicted runtime (ms)", title=title)
+    ax.set(xscale="log", yscale="log", xlabel="true runtime (ms): measured or simulated", ylabel="predicted runtime (ms)", title=title)
     ax.legend(fontsize=7, markerscale=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

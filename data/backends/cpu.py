@@ -49,7 +49,7 @@ class CpuBackend:
                                         num_threads=self.num_threads)
                 m = timer.blocked_autorange(min_run_time=self.min_run_time)
             row.update(status="ok", error=None, runtime_ms=m.median * 1e3, runtime_iqr_ms=m.iqr * 1e3,
-                       runtime_repeats=len(m.times))
+                       runtime_repeats=len(m.times), timing_method="blocked_autorange")
         except Exception as exc:  # a config that fails is recorded, not fatal
             row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:500], runtime_ms=None)
             row.setdefault("flops", 0.0)

@@ -80,5 +80,5 @@ class SimRooflineBackend:
         op, params, dtype = workload["op"], workload["params"], workload["dtype"]
         row["flops"], row["bytes"] = count_cost(op, params, dtype)
         row.update(status="ok", error=None, runtime_ms=self.runtime_s(op, params, dtype) * 1e3,
-                   runtime_iqr_ms=None, runtime_repeats=None)
+                   runtime_iqr_ms=None, runtime_repeats=None, timing_method="simulated")
         return row
