@@ -33,7 +33,7 @@ class _LogTargetModel(CostModel):
 
     def predict(self, X):
         X, _ = check_xy(X)
-        return np.exp(self._predict(self._matrix(X)))
+        return np.exp(np.asarray(self._predict(self._matrix(X)), dtype=np.float64))
 
 
 class RandomForestModel(_LogTargetModel):

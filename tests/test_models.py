@@ -62,3 +62,9 @@ def test_learned_models_beat_the_roofline_on_held_out_shapes(dataset):
     assert scores["XGBoostModel"]["medape"] < 0.5 * scores["RooflineModel"]["medape"]
     assert scores["RandomForestModel"]["medape"] < 0.5 * scores["RooflineModel"]["medape"]
     assert scores["XGBoostModel"]["kendall_tau"] > 0.9
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_predictions_are_float64(make, dataset):
+    _, X, y = dataset
+    assert make().fit(X, y).predict(X.iloc[:5]).dtype == np.float64
