@@ -144,6 +144,7 @@ class PowerReading:
     states: list[DeviceState] = field(default_factory=list)  # sampled inside the window
     max_sm_clock_mhz: float | None = None
     worker_launches: int | None = None  # launches the busy worker issued inside the window
+    edge_gap_s: float | None = None     # the larger poll gap at the two window edges (edge-time uncertainty)
 
     @property
     def sm_clock_mhz(self) -> float | None:
@@ -191,7 +192,8 @@ class PowerReading:
                 "counter_ticks": self.ticks, "power_samples": self.samples,
                 "sm_clock_min_mhz": self.min_sm_clock_mhz, "sm_clock_max_mhz": self.max_sm_clock_mhz,
                 "power_limit_w": self.power_limit_w, "over_power_limit": self.over_power_limit,
-                "throttled": self.throttled, "worker_launches_in_window": self.worker_launches}
+                "throttled": self.throttled, "worker_launches_in_window": self.worker_launches,
+                "edge_gap_ms": None if self.edge_gap_s is None else round(self.edge_gap_s * 1e3, 3)}
 
 
 class NvmlPower:
@@ -298,7 +300,7 @@ class NvmlPower:
 
     def _tick_aligned(self, worker: BusyWorker | None) -> PowerReading:
         first, last = self.settle_ticks, self.settle_ticks + self.ticks  # edge indices of the window
-        edges: list[tuple[float, int, int | None]] = []  # (host time, energy mJ, worker launches)
+        edges: list[tuple[float, int, int | None, float]] = []  # (host time, mJ, worker launches, poll gap)
         states: list[DeviceState] = []
         polls = 0
         t_prev, e_prev = self.clock(), self.energy_mj()
@@ -308,7 +310,8 @@ class NvmlPower:
             t_now, e_now = self.clock(), self.energy_mj()
             polls += 1
             if e_now != e_prev:
-                edges.append((0.5 * (t_prev + t_now), e_now, None if worker is None else worker.launches))
+                edges.append((0.5 * (t_prev + t_now), e_now, None if worker is None else worker.launches,
+                              t_now - t_prev))
                 t_last_edge = t_now
                 if len(edges) > first:  # inside the window: sample the device state at each edge
                     states.append(self.state())
@@ -318,13 +321,13 @@ class NvmlPower:
                     f"NVML energy counter did not move for {self.tick_timeout_s:.2f} s "
                     f"({len(edges)} of {last + 1} edges seen)")
             t_prev, e_prev = t_now, e_now
-        (t0, e0, n0), (t1, e1, n1) = edges[first], edges[last]
+        (t0, e0, n0, gap0), (t1, e1, n1, gap1) = edges[first], edges[last]
         window, energy_j = t1 - t0, (e1 - e0) / 1000.0
         if window <= 0 or energy_j <= 0:
             raise PowerMeasurementError(f"NVML energy counter gave no usable window ({energy_j} J over {window} s)")
         return PowerReading(power_w=energy_j / window, method="nvml_energy_counter", window_s=window,
                             energy_j=energy_j, ticks=self.ticks, samples=polls, states=states,
-                            worker_launches=None if n0 is None else n1 - n0)
+                            worker_launches=None if n0 is None else n1 - n0, edge_gap_s=max(gap0, gap1))
 
     def _sampled(self, worker: BusyWorker | None) -> PowerReading:
         time.sleep(self.sample_settle_s)

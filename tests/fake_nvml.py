@@ -57,13 +57,30 @@ class FakeGpu:
         with self._lock:  # busy from the start (a counter read mid-run sees the work so far)
             if self._busy and start <= self._busy[-1][1] + 0.002:  # back to back: one interval
                 interval = self._busy[-1]
-                interval[1] = start + seconds
+                interval[1] = max(interval[1], start + seconds)
             else:
                 interval = [start, start + seconds]
                 self._busy.append(interval)
         time.sleep(seconds)
         with self._lock:
             interval[1] = max(interval[1], time.monotonic())
+
+    def enqueue(self, seconds: float) -> float:
+        """Queue ``seconds`` of work like a CUDA stream: it starts when the device is free (or now) and the
+        host does not wait. Returns when it will finish (time.monotonic)."""
+        now = time.monotonic()
+        with self._lock:
+            start = max(now, self._busy[-1][1]) if self._busy else now
+            if self._busy and start <= self._busy[-1][1] + 1e-9:
+                self._busy[-1][1] = start + seconds
+            else:
+                self._busy.append([start, start + seconds])
+            return start + seconds
+
+    @property
+    def free_at(self) -> float:
+        with self._lock:
+            return self._busy[-1][1] if self._busy else 0.0
 
     def _busy_time(self, until: float) -> float:
         with self._lock:

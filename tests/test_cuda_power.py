@@ -48,6 +48,7 @@ def test_tick_aligned_power_matches_the_true_power(h200):
     assert 0.95 < r.window_s < 1.05  # ten ~100 ms ticks
     assert err < 0.02
     assert r.energy_j == pytest.approx(r.power_w * r.window_s)
+    assert 0 < r.edge_gap_s < 0.02  # each edge is known to within one poll gap
     assert r.worker_launches > 100  # the worker kept launching through the window
     assert r.throttled is False and r.over_power_limit is False
     assert r.sm_clock_mhz == 1980 and r.mem_clock_mhz == 3201 and r.temperature_c == 55 and r.power_limit_w == 700
@@ -168,3 +169,35 @@ def test_cuda_short_kernels_use_graphs_and_bad_shapes_become_error_rows(gpu_back
     assert small["status"] == "ok" and small["timing_method"] == "cuda_graph" and small["runtime_ms"] < 0.03
     bad = gpu_backend.measure({"op": "matmul", "params": {"m": 8, "n": 8}, "dtype": "float32"})
     assert bad["status"] == "error" and "needs shape parameter 'k'" in bad["error"]
+
+
+# --------------------------------------------------------------------------- timing + worker, fake CUDA
+def test_time_calls_uses_events_for_long_kernels_and_graphs_for_short_ones(monkeypatch):
+    from data.backends.cuda import time_calls
+    from tests import fake_cuda
+
+    fake_cuda.patch(monkeypatch, FakeGpu())
+    long = time_calls(fake_cuda.kernel(200e-6, launch_s=10e-6), windows=5, min_window_ms=5)
+    assert long.method == "cuda_events" and long.calls_per_launch == 1 and long.windows == 5
+    assert long.runtime_ms == pytest.approx(0.2, rel=0.05)  # device time; launches overlap the kernels
+    assert long.min_ms <= long.runtime_ms <= long.max_ms and long.iqr_ms >= 0
+    # 10 us kernels launched eagerly at ~10+ us each starve the device: events would time the launches
+    short = time_calls(fake_cuda.kernel(10e-6, launch_s=15e-6), windows=5, min_window_ms=5)
+    assert short.eager_estimate_us > 14  # what back-to-back eager launches measure
+    assert short.method == "cuda_graph" and short.calls_per_launch > 1
+    assert short.runtime_ms == pytest.approx(0.010, rel=0.05)  # the graph times the kernel itself
+    forced = time_calls(fake_cuda.kernel(200e-6), windows=3, min_window_ms=2, graph=True)
+    assert forced.method == "cuda_graph" and forced.runtime_ms == pytest.approx(0.2, rel=0.05)
+
+
+def test_measure_power_keeps_the_fake_gpu_busy_from_a_worker(monkeypatch):
+    from data.backends.cuda import measure_power, time_calls
+    from tests import fake_cuda
+
+    gpu = FakeGpu(busy_power_w=400.0, idle_power_w=IDLE_W, power_limit_w=450.0)
+    fake_cuda.patch(monkeypatch, gpu)
+    timing = time_calls(fake_cuda.kernel(100e-6, launch_s=5e-6), windows=3, min_window_ms=2)
+    reading = measure_power(NvmlPower(FakeNvml(gpu), ticks=3, settle_ticks=1), timing)
+    assert reading.power_w == pytest.approx(400.0, rel=0.02)  # the device never idled in the window
+    # the worker's count is in calls (not batches): ~window / 100 us, give or take the queued batches
+    assert reading.worker_launches * 100e-6 == pytest.approx(reading.window_s, rel=0.1)

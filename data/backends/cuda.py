@@ -34,6 +34,7 @@ import contextlib
 import json
 import math
 import statistics
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -135,9 +136,9 @@ def time_calls(fn: Callable[[], object], *, windows: int = 7, min_window_ms: flo
     torch.cuda.synchronize()
     probe = 10
     est_ms = _elapsed_ms(lambda: [fn() for _ in range(probe)]) / probe
-    if est_ms > 0:  # refine with a ~min_window_ms/4 window
+    if est_ms > 0:  # refine with two ~min_window_ms/4 windows; the faster one (a stall only adds time)
         n = max(1, min(10000, math.ceil(min_window_ms / 4 / est_ms)))
-        est_ms = _elapsed_ms(lambda: [fn() for _ in range(n)]) / n
+        est_ms = min(_elapsed_ms(lambda: [fn() for _ in range(n)]) / n for _ in range(2))
     use_graph = graph is True or (graph == "auto" and est_ms * 1e3 < graph_threshold_us)
 
     if use_graph:
@@ -187,8 +188,15 @@ def measure_power(nvml_power: NvmlPower, timing: Timing, device_index: int = 0,
         torch.cuda.set_device(device_index)
         torch.set_grad_enabled(False)
 
-    with keep_busy(batch, fence=fence, depth=2, setup=setup) as worker:
-        reading = nvml_power.measure(worker)
+    # The poller must get the GIL back within ~0.1 ms of each sleep, not after Python's default 5 ms
+    # switch interval while the worker launches: an edge noted late is a window measured wrong.
+    old_switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        with keep_busy(batch, fence=fence, depth=2, setup=setup) as worker:
+            reading = nvml_power.measure(worker)
+    finally:
+        sys.setswitchinterval(old_switch)
     torch.cuda.synchronize()
     if reading.worker_launches is not None:
         reading.worker_launches *= per_batch * timing.calls_per_launch  # calls, not batches
@@ -256,14 +264,14 @@ class CudaBackend:
 
         uuid = getattr(torch.cuda.get_device_properties(self.device_index), "uuid", None)
         if uuid is not None:
-            pynvml.nvmlInit()
             try:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-                return int(pynvml.nvmlDeviceGetIndex(handle))
+                pynvml.nvmlInit()
+                try:
+                    return int(pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")))
+                finally:
+                    pynvml.nvmlShutdown()
             except pynvml.NVMLError:
                 pass
-            finally:
-                pynvml.nvmlShutdown()
         return self.device_index
 
     def environment(self) -> dict:
@@ -306,6 +314,8 @@ class CudaBackend:
             env.update(timing.summary())
             if reading is not None:
                 env.update(reading.summary())
+                if reading.worker_launches:  # cross-check: calls the worker issued per second of the window
+                    env["runtime_ms_in_power_window"] = reading.window_s * 1e3 / reading.worker_launches
             row["env"] = json.dumps(env, sort_keys=True, default=str)
         except Exception as exc:  # OOM, invalid shape: an error row, not a crash
             row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:500], runtime_ms=None)
