@@ -1,8 +1,8 @@
 """A fake NVML module (the one place a fake is right: no GPU exists in CI).
 
 It behaves like ``pynvml`` for the calls ``data.nvml.NvmlPower`` makes. Energy follows real
-``time.monotonic()``: the device draws ``busy_power_w`` while a workload runs on it (:meth:`FakeGpu.run`
-marks busy intervals) and ``idle_power_w`` otherwise; like Hopper's counter, the reported total energy
+``time.monotonic()``: the device draws ``busy_power_w`` while it has queued work (:meth:`FakeGpu.enqueue`, like a
+CUDA stream) and ``idle_power_w`` otherwise; like Hopper's counter, the reported total energy
 only moves about every ``tick_s`` (each update a few ms early or late; it reports the energy accumulated up to that update, offset by a
 phase so ticks do not line up with anything the host does).
 """
@@ -51,20 +51,6 @@ class FakeGpu:
         return self.t0 + k * self.tick_s + self._jitter[k]
 
     # ---- the "device"
-    def run(self, seconds: float) -> None:
-        """Occupy the device for ``seconds`` (called from the busy worker's launch callable)."""
-        start = time.monotonic()
-        with self._lock:  # busy from the start (a counter read mid-run sees the work so far)
-            if self._busy and start <= self._busy[-1][1] + 0.002:  # back to back: one interval
-                interval = self._busy[-1]
-                interval[1] = max(interval[1], start + seconds)
-            else:
-                interval = [start, start + seconds]
-                self._busy.append(interval)
-        time.sleep(seconds)
-        with self._lock:
-            interval[1] = max(interval[1], time.monotonic())
-
     def enqueue(self, seconds: float) -> float:
         """Queue ``seconds`` of work like a CUDA stream: it starts when the device is free (or now) and the
         host does not wait. Returns when it will finish (time.monotonic)."""
@@ -105,7 +91,7 @@ class FakeGpu:
     def power_now_w(self) -> float:
         now = time.monotonic()
         with self._lock:
-            busy = bool(self._busy) and now - self._busy[-1][1] < 0.01
+            busy = bool(self._busy) and self._busy[-1][0] <= now <= self._busy[-1][1]
         return self.busy_power_w if busy else self.idle_power_w
 
 

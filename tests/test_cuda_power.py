@@ -18,7 +18,11 @@ TRUE_W, IDLE_W = 650.0, 70.0  # a busy kernel on a 700 W board
 
 
 def busy_launch(gpu: FakeGpu):
-    return lambda: gpu.run(0.002)  # "kernels" of 2 ms back to back
+    """Queue 5 ms "kernels" and keep ~10-15 ms of work queued, so a late host thread never idles the device."""
+    def launch():
+        end = gpu.enqueue(0.005)
+        time.sleep(max(0.0, end - 0.015 - time.monotonic()))
+    return launch
 
 
 def naive_power(nvml_power: NvmlPower, window_s: float) -> float:
@@ -49,7 +53,7 @@ def test_tick_aligned_power_matches_the_true_power(h200):
     assert err < 0.02
     assert r.energy_j == pytest.approx(r.power_w * r.window_s)
     assert 0 < r.edge_gap_s < 0.02  # each edge is known to within one poll gap
-    assert r.worker_launches > 100  # the worker kept launching through the window
+    assert r.worker_launches > 150  # the worker kept queueing 5 ms kernels through the window
     assert r.throttled is False and r.over_power_limit is False
     assert r.sm_clock_mhz == 1980 and r.mem_clock_mhz == 3201 and r.temperature_c == 55 and r.power_limit_w == 700
 
@@ -201,3 +205,17 @@ def test_measure_power_keeps_the_fake_gpu_busy_from_a_worker(monkeypatch):
     assert reading.power_w == pytest.approx(400.0, rel=0.02)  # the device never idled in the window
     # the worker's count is in calls (not batches): ~window / 100 us, give or take the queued batches
     assert reading.worker_launches * 100e-6 == pytest.approx(reading.window_s, rel=0.1)
+
+
+def test_a_kernel_that_cannot_be_captured_is_timed_eagerly_and_says_so(monkeypatch):
+    from data.backends.cuda import time_calls
+    from tests import fake_cuda
+
+    fake_cuda.patch(monkeypatch, FakeGpu())
+
+    def refuse(g, **kw):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph", refuse)
+    t = time_calls(fake_cuda.kernel(10e-6), windows=3, min_window_ms=2)
+    assert t.method == "cuda_events" and "graph capture failed" in t.note and t.runtime_ms > 0

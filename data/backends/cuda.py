@@ -15,7 +15,7 @@ Per workload (``measure``), on the GPU the backend was made for:
    time the host launch path, not the GPU (repeat runs differ by ~7% there versus < 1% above, see
    ``../shared/data/README.md``). ``timing_method`` = ``cuda_events`` or ``cuda_graph`` per row.
 4. **Power** (:mod:`data.nvml`): a worker thread replays the same launch unit (graph or eager batch)
-   back to back, at most two batches in flight (CUDA-event fences), while this thread polls NVML's
+   back to back, 10-15 ms of work queued at all times (CUDA-event fences), while this thread polls NVML's
    total-energy counter and averages power between two counter ticks ``power_ticks`` apart
    (``nvml_energy_counter``), or samples ``nvmlDeviceGetPowerUsage`` where the counter is missing
    (``nvml_power_sampled``). SM/memory clocks and temperature are sampled inside that window.
@@ -88,9 +88,10 @@ class Timing:
     launch: Callable[[], None]  # enqueues one unit of work (graph replay or eager batch)
     calls_per_launch: int
     eager_estimate_us: float
+    note: str | None = None     # e.g. why a graph was wanted but not used
 
     def summary(self) -> dict:
-        return {"timing_method": self.method, "runtime_min_ms": self.min_ms, "runtime_max_ms": self.max_ms,
+        return {"timing_method": self.method, "timing_note": self.note, "runtime_min_ms": self.min_ms, "runtime_max_ms": self.max_ms,
                 "timing_windows": self.windows, "calls_per_window": self.calls_per_window,
                 "calls_per_launch": self.calls_per_launch, "eager_estimate_us": round(self.eager_estimate_us, 3)}
 
@@ -141,16 +142,19 @@ def time_calls(fn: Callable[[], object], *, windows: int = 7, min_window_ms: flo
         est_ms = min(_elapsed_ms(lambda: [fn() for _ in range(n)]) / n for _ in range(2))
     use_graph = graph is True or (graph == "auto" and est_ms * 1e3 < graph_threshold_us)
 
+    unit_ms, per_launch, method, launch, note = est_ms, 1, "cuda_events", fn, None
     if use_graph:
         per_graph = max(1, min(max_calls_per_graph, math.ceil(graph_min_ms / max(est_ms, 1e-6))))
-        g = _capture(fn, per_graph)
-        g.replay()
-        torch.cuda.synchronize()
-        unit_ms = _elapsed_ms(g.replay)
-        launch, per_launch, method = g.replay, per_graph, "cuda_graph"
-    else:
-        unit_ms, per_launch, method = est_ms, 1, "cuda_events"
-        launch = fn
+        try:
+            g = _capture(fn, per_graph)
+        except RuntimeError as exc:  # an op that cannot be captured: time it eagerly and say so
+            torch.cuda.synchronize()
+            note = f"graph capture failed, timed eagerly: {type(exc).__name__}: {exc}"[:300]
+        else:
+            g.replay()
+            torch.cuda.synchronize()
+            unit_ms = _elapsed_ms(g.replay)
+            launch, per_launch, method = g.replay, per_graph, "cuda_graph"
     reps = max(1, math.ceil(min_window_ms / max(unit_ms, 1e-6)))
 
     def window() -> None:
@@ -161,15 +165,17 @@ def time_calls(fn: Callable[[], object], *, windows: int = 7, min_window_ms: flo
     q1, q3 = (statistics.quantiles(per_call, n=4, method="inclusive") if len(per_call) > 1 else (per_call[0],) * 3)[::2]
     return Timing(runtime_ms=float(statistics.median(per_call)), min_ms=per_call[0], max_ms=per_call[-1],
                   iqr_ms=float(q3 - q1), windows=windows, calls_per_window=reps * per_launch, method=method,
-                  launch=launch, calls_per_launch=per_launch, eager_estimate_us=est_ms * 1e3)
+                  launch=launch, calls_per_launch=per_launch, eager_estimate_us=est_ms * 1e3, note=note)
 
 
 def measure_power(nvml_power: NvmlPower, timing: Timing, device_index: int = 0,
-                  batch_ms: float = 5.0) -> PowerReading:
+                  batch_ms: float = 5.0, depth: int = 3) -> PowerReading:
     """Average board power while ``timing.launch`` runs back to back in a worker thread.
 
-    The worker enqueues batches of launches lasting ~``batch_ms`` each and keeps at most two batches in
-    flight (a CUDA event per batch), so the GPU queue never empties while this thread polls NVML.
+    The worker enqueues batches of launches lasting ~``batch_ms`` each and waits (CUDA event per batch)
+    only on the batch ``depth`` back, so ``depth - 1`` to ``depth`` batches (10-15 ms) stay queued while it
+    waits: the GPU does not run dry if the host thread is late, and the launch queue stays well below
+    CUDA's ~1024 pending launches (eager launches are >= 30 us each; shorter kernels are graph replays).
     """
     unit_ms = timing.runtime_ms * timing.calls_per_launch
     per_batch = max(1, math.ceil(batch_ms / max(unit_ms, 1e-6)))
@@ -193,7 +199,7 @@ def measure_power(nvml_power: NvmlPower, timing: Timing, device_index: int = 0,
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-4)
     try:
-        with keep_busy(batch, fence=fence, depth=2, setup=setup) as worker:
+        with keep_busy(batch, fence=fence, depth=depth, setup=setup) as worker:
             reading = nvml_power.measure(worker)
     finally:
         sys.setswitchinterval(old_switch)
@@ -314,8 +320,10 @@ class CudaBackend:
             env.update(timing.summary())
             if reading is not None:
                 env.update(reading.summary())
-                if reading.worker_launches:  # cross-check: calls the worker issued per second of the window
-                    env["runtime_ms_in_power_window"] = reading.window_s * 1e3 / reading.worker_launches
+                if reading.worker_launches:  # cross-check: did the GPU stay busy through the power window?
+                    in_window = reading.window_s * 1e3 / reading.worker_launches
+                    env["runtime_ms_in_power_window"] = in_window
+                    env["power_window_busy_fraction"] = round(min(1.0, timing.runtime_ms / in_window), 4)
             row["env"] = json.dumps(env, sort_keys=True, default=str)
         except Exception as exc:  # OOM, invalid shape: an error row, not a crash
             row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:500], runtime_ms=None)
