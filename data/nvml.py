@@ -22,6 +22,8 @@ How power is measured (:meth:`NvmlPower.measure`), method recorded per row as ``
 
         power_w = (E[edge settle + ticks] - E[edge settle]) / (t[edge settle + ticks] - t[edge settle])
 
+    The window closes on the first edge that is at least ``ticks`` steps and ``min_window_s`` after the
+    opening edge (a GPU whose counter moves every few ms still gets a ~0.3 s window).
     The energy is exactly what the device accumulated between two updates; the only errors left are
     the edge-time uncertainty (~ the poll interval, 0.5 ms over a ~400 ms window: ~0.1%) and jitter in
     the driver's update instants.
@@ -207,14 +209,14 @@ class NvmlPower:
     ``NVMLError`` and ``NVMLError_NotSupported``.
     """
 
-    def __init__(self, nvml, index: int = 0, *, ticks: int = 4, settle_ticks: int = 1,
+    def __init__(self, nvml, index: int = 0, *, ticks: int = 4, settle_ticks: int = 1, min_window_s: float = 0.3,
                  poll_interval_s: float = 0.0005, tick_timeout_s: float = 1.0,
                  sample_window_s: float = 1.0, sample_interval_s: float = 0.02, sample_settle_s: float = 0.2,
                  clock: Callable[[], float] = time.monotonic):
         if ticks < 1:
             raise ValueError(f"ticks must be >= 1, got {ticks}")
         self.nvml = nvml
-        self.ticks, self.settle_ticks = int(ticks), int(settle_ticks)
+        self.ticks, self.settle_ticks, self.min_window_s = int(ticks), int(settle_ticks), float(min_window_s)
         self.poll_interval_s, self.tick_timeout_s = float(poll_interval_s), float(tick_timeout_s)
         self.sample_window_s, self.sample_interval_s = float(sample_window_s), float(sample_interval_s)
         self.sample_settle_s = float(sample_settle_s)
@@ -299,13 +301,18 @@ class NvmlPower:
                 raise PowerMeasurementError("busy worker stopped before the power window closed")
 
     def _tick_aligned(self, worker: BusyWorker | None) -> PowerReading:
-        first, last = self.settle_ticks, self.settle_ticks + self.ticks  # edge indices of the window
+        first = self.settle_ticks  # index of the edge that opens the window
         edges: list[tuple[float, int, int | None, float]] = []  # (host time, mJ, worker launches, poll gap)
         states: list[DeviceState] = []
         polls = 0
         t_prev, e_prev = self.clock(), self.energy_mj()
         t_last_edge = t_prev
-        while len(edges) <= last:
+
+        def done() -> bool:  # >= ticks counter steps and >= min_window_s, closing on an edge
+            return (len(edges) - 1 - first >= self.ticks
+                    and edges[-1][0] - edges[first][0] >= self.min_window_s)
+
+        while not done():
             time.sleep(self.poll_interval_s)
             t_now, e_now = self.clock(), self.energy_mj()
             polls += 1
@@ -319,14 +326,14 @@ class NvmlPower:
             elif t_now - t_last_edge > self.tick_timeout_s:
                 raise PowerMeasurementError(
                     f"NVML energy counter did not move for {self.tick_timeout_s:.2f} s "
-                    f"({len(edges)} of {last + 1} edges seen)")
+                    f"({len(edges)} of {first + self.ticks + 1} edges seen)")
             t_prev, e_prev = t_now, e_now
-        (t0, e0, n0, gap0), (t1, e1, n1, gap1) = edges[first], edges[last]
+        (t0, e0, n0, gap0), (t1, e1, n1, gap1) = edges[first], edges[-1]
         window, energy_j = t1 - t0, (e1 - e0) / 1000.0
         if window <= 0 or energy_j <= 0:
             raise PowerMeasurementError(f"NVML energy counter gave no usable window ({energy_j} J over {window} s)")
         return PowerReading(power_w=energy_j / window, method="nvml_energy_counter", window_s=window,
-                            energy_j=energy_j, ticks=self.ticks, samples=polls, states=states,
+                            energy_j=energy_j, ticks=len(edges) - 1 - first, samples=polls, states=states,
                             worker_launches=None if n0 is None else n1 - n0, edge_gap_s=max(gap0, gap1))
 
     def _sampled(self, worker: BusyWorker | None) -> PowerReading:

@@ -67,6 +67,15 @@ def test_naive_unaligned_window_reads_worse(h200):
     assert naive_err > 4 * aligned_err
 
 
+def test_a_fast_counter_still_gets_a_long_enough_window():
+    gpu = FakeGpu(busy_power_w=300.0, idle_power_w=30.0, tick_s=0.01, tick_jitter_s=0.001)
+    power = NvmlPower(FakeNvml(gpu), ticks=4, min_window_s=0.3)
+    with keep_busy(busy_launch(gpu)) as worker:
+        r = power.measure(worker)
+    assert r.window_s >= 0.3 and r.ticks >= 29
+    assert r.power_w == pytest.approx(300.0, rel=0.02)
+
+
 def test_an_idle_device_reads_idle_power():
     """Without a busy worker the same reading gives idle power: the worker is what makes it the kernel's."""
     gpu = FakeGpu(busy_power_w=TRUE_W, idle_power_w=IDLE_W)

@@ -230,7 +230,8 @@ class CudaBackend:
     def __init__(self, device_index: int = 0, windows: int = 7, min_window_ms: float = 20.0,
                  graph: str | bool = "auto", graph_threshold_us: float = 30.0, graph_min_ms: float = 1.0,
                  max_calls_per_graph: int = 1000, warmup: int = 3, power: bool = True,
-                 power_ticks: int = 4, settle_ticks: int = 1, poll_interval_ms: float = 0.5,
+                 power_ticks: int = 4, settle_ticks: int = 1, min_power_window_s: float = 0.3,
+                 poll_interval_ms: float = 0.5,
                  sample_window_s: float = 1.0, source: str = "cuda-sweep",
                  registry: HardwareRegistry | None = None, nvml_power: NvmlPower | None = None):
         self.device_index = int(device_index)
@@ -239,6 +240,7 @@ class CudaBackend:
                               max_calls_per_graph=int(max_calls_per_graph), warmup=int(warmup))
         self.power = bool(power)
         self.power_kw = dict(ticks=int(power_ticks), settle_ticks=int(settle_ticks),
+                             min_window_s=float(min_power_window_s),
                              poll_interval_s=float(poll_interval_ms) * 1e-3, sample_window_s=float(sample_window_s))
         self.source = source
         self._registry = registry
