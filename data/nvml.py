@@ -45,7 +45,7 @@ import statistics
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 
@@ -356,9 +356,3 @@ class NvmlPower:
                             window_s=t - t0, samples=len(samples), states=states,
                             worker_launches=None if n0 is None else worker.launches - n0)
 
-
-def reading_dict(reading: PowerReading) -> dict:
-    """Everything in a reading as plain data (for logs and the benchmark's output)."""
-    d = asdict(reading)
-    d.update(reading.summary())
-    return d
