@@ -37,6 +37,8 @@ class HardwareSpec:
     l2_cache_mb: float
     peak_tflops: dict[str, float]  # dense peak per dtype
     tdp_w: float | None = None
+    idle_power_w: float | None = None  # board power at idle (W); the floor of the analytical power model
+    idle_power_source: str | None = None  # where idle_power_w comes from (a measurement, or an assumption)
     cores_per_sm: int | None = None
     architecture: str | None = None
     aliases: tuple[str, ...] = ()

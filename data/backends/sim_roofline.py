@@ -17,6 +17,31 @@ Formulas (every constant is a config value; the hardware numbers come from ``con
   softmax ops are memory-bound (FlopCounterMode counts no FLOPs for them).
 * ``runtime = max(t_compute, t_memory) + launch_overhead``.
 
+* Tile efficiency for small dimensions is part of the tile term above: a GEMM with ``M = 8`` still
+  pays for a full 128-row tile (efficiency ``M / (tile_m * ceil(M / tile_m))`` = 1/16), as does the
+  last partial tile of any dimension (NVIDIA guide above, "Tile Quantization").
+* Launch overhead: the constant ``launch_overhead`` added to every kernel.
+
+Power (an analytical model in the spirit of Hong & Kim, "An integrated GPU power and performance
+model", ISCA 2010, where runtime power = idle power + sum over units of max unit power x the unit's
+access rate; here two units, the compute pipes and DRAM, each scaled to the board's dynamic range):
+
+      u_compute = FLOPs / (runtime * peak_flops[dtype])        (achieved fraction of compute peak)
+      u_memory  = bytes / (runtime * bandwidth)                  (achieved fraction of DRAM bandwidth)
+      u         = min(1, compute_power_weight * u_compute + memory_power_weight * u_memory)
+      power_w   = idle_power_w + (tdp_w - idle_power_w) * u     (so never above tdp_w)
+      energy_j  = power_w * runtime                               (per call)
+
+``runtime`` is this simulator's own runtime (so a launch-bound tiny kernel has low utilisation and sits
+near idle power). ``tdp_w`` is the board power limit from the spec sheet in ``conf/hardware/``;
+``idle_power_w`` comes from the same file (where no measurement exists it is an assumption marked as
+such there: 10% of TDP); a spec without ``idle_power_w`` uses ``idle_fraction * tdp_w``. The weights
+default to 1.0: a unit running at its datasheet peak alone can draw the whole dynamic range (NVIDIA
+sizes the board limit for dense tensor-core GEMMs; on the H200 in ``../shared/data/hopper`` large GEMMs
+and bandwidth-bound elementwise kernels both average 550-780 W of 700 W). These weights are
+assumptions, not fits. A spec without ``tdp_w`` (the local CPU) gets no power. Rows carry
+``power_method = "simulated"``.
+
 Defaults: ``compute_efficiency = 0.8`` and ``memory_efficiency = 0.85`` (large cuBLAS GEMMs and
 STREAM-like copies reach roughly these fractions of datasheet peaks), ``launch_overhead_us = 5``
 (order of a CUDA launch plus framework dispatch), 128x128 tiles (a common cuBLAS/CUTLASS tile).
@@ -49,13 +74,17 @@ class SimRooflineBackend:
 
     def __init__(self, hardware: HardwareSpec, compute_efficiency: float = 0.8, memory_efficiency: float = 0.85,
                  launch_overhead_us: float = 5.0, tile_m: int = 128, tile_n: int = 128,
-                 source: str = "sim-roofline"):
+                 source: str = "sim-roofline", compute_power_weight: float = 1.0,
+                 memory_power_weight: float = 1.0, idle_fraction: float = 0.1):
         self.hardware = hardware
         self.compute_efficiency = float(compute_efficiency)
         self.memory_efficiency = float(memory_efficiency)
         self.launch_overhead_us = float(launch_overhead_us)
         self.tile_m, self.tile_n = int(tile_m), int(tile_n)
         self.source = source
+        self.compute_power_weight = float(compute_power_weight)
+        self.memory_power_weight = float(memory_power_weight)
+        self.idle_fraction = float(idle_fraction)
 
     def runtime_s(self, op: str, params: dict, dtype: str) -> float:
         hw = self.hardware
@@ -72,13 +101,36 @@ class SimRooflineBackend:
             t_compute = waves * (2.0 * self.tile_m * self.tile_n * k) / per_sm
         return max(t_compute, t_memory) + self.launch_overhead_us * 1e-6
 
+    def idle_power_w(self) -> float | None:
+        hw = self.hardware
+        if hw.idle_power_w is not None:
+            return float(hw.idle_power_w)
+        return None if hw.tdp_w is None else self.idle_fraction * float(hw.tdp_w)
+
+    def power_w(self, flops: float, nbytes: float, runtime_s: float, dtype: str) -> float | None:
+        """Average board power while the kernel runs back to back (module docstring); None without a TDP."""
+        hw = self.hardware
+        if hw.tdp_w is None or runtime_s <= 0:
+            return None
+        tdp, idle = float(hw.tdp_w), self.idle_power_w()
+        u_compute = flops / (runtime_s * hw.peak_flops(dtype))
+        u_memory = nbytes / (runtime_s * hw.bandwidth_bytes_s)
+        u = min(1.0, self.compute_power_weight * u_compute + self.memory_power_weight * u_memory)
+        return idle + (tdp - idle) * u
+
     def measure(self, workload: dict) -> dict:
         env = environment(model="sim-roofline", compute_efficiency=self.compute_efficiency,
                           memory_efficiency=self.memory_efficiency, launch_overhead_us=self.launch_overhead_us,
-                          tile=[self.tile_m, self.tile_n])
+                          tile=[self.tile_m, self.tile_n], compute_power_weight=self.compute_power_weight,
+                          memory_power_weight=self.memory_power_weight, idle_power_w=self.idle_power_w(),
+                          tdp_w=self.hardware.tdp_w)
         row = base_row(workload, self.hardware.id, self.name, self.source, env)
         op, params, dtype = workload["op"], workload["params"], workload["dtype"]
         row["flops"], row["bytes"] = count_cost(op, params, dtype)
-        row.update(status="ok", error=None, runtime_ms=self.runtime_s(op, params, dtype) * 1e3,
-                   runtime_iqr_ms=None, runtime_repeats=None, timing_method="simulated")
+        runtime_s = self.runtime_s(op, params, dtype)
+        power = self.power_w(row["flops"], row["bytes"], runtime_s, dtype)
+        row.update(status="ok", error=None, runtime_ms=runtime_s * 1e3,
+                   runtime_iqr_ms=None, runtime_repeats=None, timing_method="simulated",
+                   power_w=power, energy_j=None if power is None else power * runtime_s,
+                   power_method=None if power is None else "simulated")
         return row
