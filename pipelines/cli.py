@@ -76,7 +76,7 @@ def predict(args) -> int:
     except (MlflowException, OSError) as exc:
         raise CliError(f"cannot load model {args.model!r}: {str(exc).strip().splitlines()[0]}") from None
     try:
-        preds = model.predict(workloads)
+        preds = model.predict(workloads.drop(columns=["mlir_op", "node"], errors="ignore"))
     except FeatureError as exc:
         raise CliError(str(exc)) from None
     except MlflowException as exc:

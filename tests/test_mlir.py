@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from data.schema import validate as validate_rows
-from features.encoders import (HIST_COLUMNS, NODE_FEATURES, WIDTH, build_vocab, get_encoder, load_vocab)
+from features import get_encoder
+from features.encoders import HIST_COLUMNS, NODE_FEATURES, WIDTH, build_vocab, load_vocab
 from features.mlir import (MlirStore, attach_mlir, export_workload, parse_mlir, to_generic, workloads_from_mlir)
 from features.tabular import FeatureError, TabularFeaturizer
 from tests.conftest import run_cli
@@ -191,3 +192,30 @@ def test_cli_featurize_and_its_error_line(exported, tmp_path):
     proc = run_cli("featurize", str(bad), "--hardware", "H100-SXM")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [f"costmodel: error: {bad}:5:23: malformed MLIR: expected ')'"]
+
+
+@pytest.mark.slow
+def test_make_fx_path_prints_what_torch_export_prints(exported):
+    for op in ("linear", "conv2d"):
+        p, dt = CASES[op]
+        assert export_workload(op, p, dt, method="export") == exported[op], op
+
+
+@pytest.mark.slow
+def test_cli_predicts_an_mlir_file_kernel_by_kernel(tiny_run, exported, tmp_path):
+    src = tmp_path / "linear.mlir"
+    src.write_text(exported["linear"])
+    proc = run_cli("predict", "--model", "models:/costmodel-runtime@champion", "--input", str(src),
+                   "--hardware", "T4", "--tracking-uri", tiny_run["uri"])
+    assert proc.returncode == 0, proc.stderr
+    out = pd.read_csv(pd.io.common.StringIO(proc.stdout))
+    assert list(out["mlir_op"]) == ["linalg.matmul", "linalg.generic", "total"]
+    assert list(out["op"][:2]) == ["matmul", "add"] and (out["runtime_ms"] > 0).all()
+    assert out["runtime_ms"].iloc[2] == pytest.approx(out["runtime_ms"].iloc[:2].sum())
+    # the tiny main job stored one MLIR text per distinct workload and its hash in every row
+    rows = pd.read_parquet(next((tiny_run["out"] / "datasets").glob("*.parquet")))
+    assert rows["mlir_sha256"].notna().all()
+    assert {p.stem for p in (tiny_run["out"] / "mlir").glob("*.mlir")} == set(rows["mlir_sha256"])
+    proc = run_cli("predict", "--model", "models:/costmodel-runtime@champion", "--input", str(src),
+                   "--tracking-uri", tiny_run["uri"])
+    assert proc.returncode == 2 and proc.stderr.strip() == "costmodel: error: linear.mlir: a .mlir input needs --hardware"
