@@ -219,3 +219,16 @@ def test_cli_predicts_an_mlir_file_kernel_by_kernel(tiny_run, exported, tmp_path
     proc = run_cli("predict", "--model", "models:/costmodel-runtime@champion", "--input", str(src),
                    "--tracking-uri", tiny_run["uri"])
     assert proc.returncode == 2 and proc.stderr.strip() == "costmodel: error: linear.mlir: a .mlir input needs --hardware"
+
+
+def test_wa_hls4ml_rows_encode_as_layer_chains():
+    from tests.conftest import SHARED
+
+    rows = pd.read_csv(SHARED / "wa_hls4ml" / "results_resource.csv", nrows=40)
+    toks, graph = get_encoder("tokens"), get_encoder("graph")
+    per_layer = [toks.encode([r])["per_node"] for r in rows[["d_in", "d_out", "prec", "rf", "strategy"]].to_dict("records")]
+    assert all(t.shape == (1, WIDTH) for t in per_layer)
+    distinct = rows[["d_in", "d_out", "prec", "rf", "strategy"]].drop_duplicates()
+    # different configurations -> different token vectors (dims, bits and reuse factor are bucketed)
+    assert len({tuple(per_layer[i][0].tolist()) for i in distinct.index}) > 1
+    assert graph.encode([rows.iloc[0].to_dict()]).x.shape == (1, NODE_FEATURES)
