@@ -89,6 +89,7 @@ def test_generic_form_and_other_dialects_are_accepted(exported):
         assert '"linalg.generic"' in generic or '"linalg.conv_2d_nchw_fchw"' in generic
         a, b = parse_mlir(text), parse_mlir(generic)
         assert [n.name for n in a.nodes] == [n.name for n in b.nodes] and a.edges == b.edges
+        pd.testing.assert_frame_equal(workloads_from_mlir(text), workloads_from_mlir(generic))
     g = parse_mlir(MIXED)
     assert [n.name for n in g.nodes] == ["func.func", "tosa.add", "stablehlo.exponential", "stablehlo.add", "func.return"]
     assert sorted(g.edges) == [(1, 2), (1, 3), (2, 3), (3, 4)]
