@@ -51,6 +51,7 @@ MeasurementSchema = pa.DataFrameSchema(
         "config": _nullable(str),  # JSON: knobs that are not shapes (tunables, reuse factor, ...); features may use
         "source": pa.Column(str),  # provenance: backend sweep name or "<dataset>@<upstream commit>"
         "meta": _nullable(str),    # JSON: provenance details never used as features (kernel names, grid, pass)
+        "mlir_sha256": _nullable(str, pa.Check.str_length(64, 64)),  # MLIR text of the workload (features/mlir store)
         "env": pa.Column(str),     # JSON: library versions, threads, host, method notes
         "timestamp": pa.Column(pd.DatetimeTZDtype("ns", "UTC")),
     },

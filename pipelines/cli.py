@@ -65,7 +65,8 @@ def predict(args) -> int:
 
     from features.tabular import FeatureError
 
-    workloads = _read_table(Path(args.input))
+    mlir_input = Path(args.input).suffix == ".mlir"
+    workloads = _mlir_workloads(Path(args.input), args.hardware) if mlir_input else _read_table(Path(args.input))
     uri = _tracking_uri(args.tracking_uri)
     if uri:
         mlflow.set_tracking_uri(uri)
@@ -75,12 +76,14 @@ def predict(args) -> int:
     except (MlflowException, OSError) as exc:
         raise CliError(f"cannot load model {args.model!r}: {str(exc).strip().splitlines()[0]}") from None
     try:
-        preds = model.predict(workloads)
+        preds = model.predict(workloads.drop(columns=["mlir_op", "node"], errors="ignore"))
     except FeatureError as exc:
         raise CliError(str(exc)) from None
     except MlflowException as exc:
         raise CliError(f"bad input: {_schema_reason(str(exc))}") from None
     out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True))
+    if mlir_input:  # one row per recognised kernel plus their total
+        out = _with_total(out, list(preds.columns))
     if args.output:
         path = Path(args.output)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +97,60 @@ def predict(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- MLIR (features/mlir)
+def _mlir_text(path: Path) -> str:
+    if not path.exists():
+        raise CliError(f"input file not found: {path}")
+    return path.read_text()
+
+
+def _mlir_workloads(path: Path, hardware: str | None):
+    """``predict`` on a .mlir file: the linalg kernels recognised in it, on ``--hardware``."""
+    from features.mlir import workloads_from_mlir
+    from features.tabular import FeatureError
+
+    if not hardware:
+        raise CliError(f"{path.name}: a .mlir input needs --hardware")
+    try:
+        df = workloads_from_mlir(_mlir_text(path), where=str(path))
+    except FeatureError as exc:
+        raise CliError(str(exc)) from None
+    if df.empty:
+        raise CliError(f"{path}: no kernel recognised (matmul, batch_matmul, conv_2d_nchw_fchw, elementwise generic)")
+    df = df.assign(hardware=hardware)
+    return df.astype({c: float for c in df.columns if str(df[c].dtype) == "Int64" and c != "node"})
+
+
+def _with_total(out, targets: list[str]):
+    import pandas as pd
+
+    total = {"mlir_op": "total", **{t: out[t].sum() for t in targets}}
+    return pd.concat([out, pd.DataFrame([total])], ignore_index=True)
+
+
+def featurize(args) -> int:
+    import json
+
+    from data.hardware import CONF_DIR, HardwareRegistry
+    from features.describe import describe
+    from features.tabular import FeatureError
+
+    path = Path(args.input)
+    try:
+        info = describe(_mlir_text(path), args.hardware, HardwareRegistry.from_dir(CONF_DIR), where=str(path))
+    except FeatureError as exc:
+        raise CliError(str(exc)) from None
+    print(json.dumps(info, indent=1))
+    return 0
+
+
+def _add_featurize(sub) -> None:
+    p = sub.add_parser("featurize", help="print the features (tabular, graph, tokens) of an MLIR module")
+    p.add_argument("input", help="MLIR file (pretty or generic op form)")
+    p.add_argument("--hardware", required=True, help="hardware id or alias from conf/hardware, e.g. H100-SXM")
+    p.set_defaults(func=featurize)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="costmodel", description="Surrogate cost models for ML kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write predictions here (.csv or .jsonl) instead of stdout")
     p.add_argument("--tracking-uri", help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, "
                                           "else ./outputs/mlflow.db if present)")
+    p.add_argument("--hardware", help="hardware id for a .mlir input (its kernels are predicted on it)")
     p.set_defaults(func=predict)
+    _add_featurize(sub)
     return parser
 
 

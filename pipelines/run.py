@@ -47,6 +47,11 @@ def run(cfg: DictConfig) -> dict:
     rows, cpu_spec = collect_from_config(cfg.collect, registry, progress=cfg.progress)
     if cpu_spec is not None:
         registry.add(cpu_spec)
+    if cfg.features.mlir.enabled:  # MLIR per distinct workload (features/mlir), its sha256 in each row
+        from features.mlir import attach_mlir
+        rows, mlir_stats = attach_mlir(rows, out / cfg.features.mlir.store, progress=cfg.progress)
+        console.print(f"MLIR: {mlir_stats['distinct']} distinct workloads, {mlir_stats['exported']} exported, "
+                      f"{mlir_stats['failed']} failed ({mlir_stats['seconds']:.1f} s) -> {out / cfg.features.mlir.store}")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     digest = dataset_hash(rows)
     dataset_path = write_dataset(rows, out / "datasets" / f"measurements-{stamp}-{digest[:8]}.parquet")
