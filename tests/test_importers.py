@@ -147,7 +147,7 @@ def test_kerneltuner_sample_and_errors():
 def test_kerneltuner_full_failed_configs_become_error_rows():
     from data.importers.kerneltuner import import_kerneltuner
     df = import_kerneltuner(SHARED)
-    assert len(df) == 3 * 4362 + 2 * 17956 + 10000
+    assert len(df) == 4 * 4362 + 2 * 17956 + 10000
     err = df[df["status"] == "error"]
     assert len(err) == 2 * 161 and err["runtime_ms"].isna().all()
     assert set(err["error"]) == {"kernel tuner: RuntimeFailedConfig", "kernel tuner: CompilationFailedConfig"}
