@@ -17,7 +17,7 @@ import hydra
 from omegaconf import DictConfig, ListConfig
 
 from data.hardware import CONF_DIR, HardwareRegistry
-from data.importers import SOURCES, ImportError_
+from data.importers import SOURCES, DatasetError
 from data.schema import dataset_hash
 from data.store import write_dataset
 
@@ -25,7 +25,7 @@ from data.store import write_dataset
 def import_source(name: str, data_root=None, registry: HardwareRegistry | None = None):
     """Rows of one source (``name`` in :data:`data.importers.SOURCES`)."""
     if name not in SOURCES:
-        raise ImportError_(f"unknown source {name!r}; known: {', '.join(SOURCES)}, all")
+        raise DatasetError(f"unknown source {name!r}; known: {', '.join(SOURCES)}, all")
     module = importlib.import_module(f"data.importers.{name}")
     return getattr(module, f"import_{name}")(data_root, registry=registry)
 
@@ -52,7 +52,7 @@ def run(cfg: DictConfig) -> dict[str, Path]:
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)
-    except (ImportError_, ValueError, KeyError) as exc:
+    except (DatasetError, ValueError, KeyError) as exc:
         print(f"import_data: error: {exc}", file=sys.stderr)
         sys.exit(2)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data.importers import ImportError_
+from data.importers import DatasetError
 from data.schema import COLUMNS
 from data.workloads import SHAPE_PARAMS, count_cost
 from tests.conftest import SHARED
@@ -172,13 +172,13 @@ def test_wa_hls4ml_targets_feasibility_and_part():
 
 def test_missing_folder_is_one_clear_error(tmp_path):
     from data.importers.hopper import import_hopper
-    with pytest.raises(ImportError_, match="does not exist"):
+    with pytest.raises(DatasetError, match="does not exist"):
         import_hopper(tmp_path / "nope")
     (tmp_path / "hopper").mkdir()
-    with pytest.raises(ImportError_, match="h200_kernels.csv is missing"):
+    with pytest.raises(DatasetError, match="h200_kernels.csv is missing"):
         import_hopper(tmp_path)
     (tmp_path / "hopper" / "h200_kernels.csv").write_text("gpu,op\nX,matmul\n")
-    with pytest.raises(ImportError_, match="missing column"):
+    with pytest.raises(DatasetError, match="missing column"):
         import_hopper(tmp_path)
 
 

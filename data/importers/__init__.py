@@ -31,31 +31,31 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = REPO.parent / "shared" / "data"
 EPOCH = pd.Timestamp(0, tz="UTC")
 
-# Dataset -> its importer, filled in by :func:`importers` (lazy: each importer imports only what it needs).
+# Every source has a module data/importers/<name>.py with a function import_<name>(root=None, registry=None).
 SOURCES = ("neusight", "kerneltuner", "wa_hls4ml", "hopper")
 
 
-class ImportError_(ValueError):
+class DatasetError(ValueError):
     """A source folder or file that is missing or not in the expected format (one clear line)."""
 
 
 def data_root(root: str | Path | None) -> Path:
     path = Path(root) if root is not None else DEFAULT_ROOT
     if not path.is_dir():
-        raise ImportError_(f"shared data folder {path} does not exist (pass root=... / data_root=...)")
+        raise DatasetError(f"shared data folder {path} does not exist (pass root=... / data_root=...)")
     return path
 
 
 def need(path: Path) -> Path:
     if not path.exists():
-        raise ImportError_(f"expected dataset file {path} is missing")
+        raise DatasetError(f"expected dataset file {path} is missing")
     return path
 
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str], where: Path | str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ImportError_(f"{where}: missing column(s) {', '.join(missing)}")
+        raise DatasetError(f"{where}: missing column(s) {', '.join(missing)}")
 
 
 def _json(d) -> str | None:
@@ -77,8 +77,9 @@ def finish(df: pd.DataFrame, *, source: str, env: dict, meta: list[dict] | None 
     for p in SHAPE_PARAMS:
         if p not in df.columns:
             df[p] = None
+    shapes = df[list(SHAPE_PARAMS)].to_dict("records")
     keys = [(op, tuple((p, int(row[p])) for p in OPS[op].params), dt)
-            for op, dt, (_, row) in zip(df["op"], df["dtype"], df[list(SHAPE_PARAMS)].iterrows())]
+            for op, dt, row in zip(df["op"], df["dtype"], shapes)]
     costs = {k: count_cost(k[0], dict(k[1]), k[2]) for k in dict.fromkeys(keys)}
     ids = {(k[0], k[1]): shape_id(k[0], dict(k[1])) for k in dict.fromkeys(keys)}
     df["flops"] = [costs[k][0] for k in keys]

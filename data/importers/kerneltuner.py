@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from data.hardware import HardwareRegistry
-from data.importers import ImportError_, data_root, finish
+from data.importers import DatasetError, data_root, finish
 
 SOURCE = "kerneltuner@8eeb99e"
 KERNELS = ("gemm", "convolution_milo")
@@ -37,11 +37,11 @@ def _shape(kernel: str, doc: dict, cfg: dict) -> dict:
     n_out = doc.get("problem_size") or [4096, 4096]
     if kernel == "gemm":
         if int(cfg.get("PRECISION", 32)) != 32:
-            raise ImportError_(f"kerneltuner gemm: PRECISION {cfg.get('PRECISION')} is not float32")
+            raise DatasetError(f"kerneltuner gemm: PRECISION {cfg.get('PRECISION')} is not float32")
         return {"op": "matmul", "m": int(n_out[0]), "n": int(n_out[1]), "k": int(n_out[0])}
     fh, fw = int(cfg["filter_height"]), int(cfg["filter_width"])
     if fh != fw:
-        raise ImportError_(f"kerneltuner convolution: non-square filter {fh}x{fw}")
+        raise DatasetError(f"kerneltuner convolution: non-square filter {fh}x{fw}")
     return {"op": "conv2d", "batch": 1, "c_in": 1, "c_out": 1, "h": int(n_out[0]) + fh - 1,
             "w": int(n_out[1]) + fw - 1, "kernel": fh, "stride": 1, "padding": 0}
 
@@ -51,9 +51,9 @@ def load_cache(path: Path) -> dict:
         with gzip.open(path, "rt") as fh:
             doc = json.load(fh)
     except (OSError, json.JSONDecodeError) as exc:
-        raise ImportError_(f"{path}: not a gzip JSON Kernel Tuner cache ({exc})") from None
+        raise DatasetError(f"{path}: not a gzip JSON Kernel Tuner cache ({exc})") from None
     if "cache" not in doc or "tune_params_keys" not in doc:
-        raise ImportError_(f"{path}: not a Kernel Tuner cache (no 'cache' / 'tune_params_keys')")
+        raise DatasetError(f"{path}: not a Kernel Tuner cache (no 'cache' / 'tune_params_keys')")
     return doc
 
 
@@ -65,7 +65,7 @@ def import_kerneltuner(root: str | Path | None = None, registry: HardwareRegistr
     for kernel in kernels:
         paths = sorted((root / "kerneltuner" / kernel).glob("*.json.gz"))
         if not paths:
-            raise ImportError_(f"no Kernel Tuner caches in {root / 'kerneltuner' / kernel}")
+            raise DatasetError(f"no Kernel Tuner caches in {root / 'kerneltuner' / kernel}")
         for path in paths:
             doc = load_cache(path)
             device = doc.get("device_name") or path.name.split(".")[0]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from data.hardware import HardwareRegistry
-from data.importers import ImportError_, data_root, finish, need, require_columns
+from data.importers import DatasetError, data_root, finish, need, require_columns
 
 SOURCE = "neusight@6945927"
 OBSERVED = ("Kernel Name", "Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z",
@@ -46,7 +46,7 @@ def _map_shapes(kind: str, df: pd.DataFrame) -> pd.DataFrame:
     if kind == "elem":
         unknown = sorted(set(df["OPName"]) - set(ELEM_OPS))
         if unknown:
-            raise ImportError_(f"neusight elem.csv: unknown op(s) {', '.join(unknown)}")
+            raise DatasetError(f"neusight elem.csv: unknown op(s) {', '.join(unknown)}")
         return pd.DataFrame({"op": df["OPName"].map(ELEM_OPS), "m": i("B"), "n": i("H")})
     return pd.DataFrame({"op": "layernorm" if kind == "ln" else "softmax", "m": i("B"), "n": i("H")})
 
@@ -63,7 +63,7 @@ def files(root: Path, kinds=KINDS) -> list[tuple[str, Path]]:
         if kind in ("bmm", "linear", "conv"):
             found = sorted((base / kind).glob("*.csv"))
             if not found:
-                raise ImportError_(f"no NeuSight {kind} files in {base / kind}")
+                raise DatasetError(f"no NeuSight {kind} files in {base / kind}")
             out += [(kind, f) for f in found]
         else:
             out.append((kind, need(base / f"{kind}.csv")))
@@ -102,7 +102,7 @@ def import_neusight(root: str | Path | None = None, registry: HardwareRegistry |
     df = pd.concat(frames, ignore_index=True)
     versions = df[["env_torch", "env_cuda", "env_cudnn"]].drop_duplicates()
     if len(versions) != 1:
-        raise ImportError_(f"NeuSight files disagree on software versions: {versions.to_dict('records')}")
+        raise DatasetError(f"NeuSight files disagree on software versions: {versions.to_dict('records')}")
     v = versions.iloc[0]
     env = {"torch": v["env_torch"], "cuda": v["env_cuda"], "cudnn": v["env_cudnn"], "dataset": "neusight/train"}
     return finish(df.drop(columns=["env_torch", "env_cuda", "env_cudnn"]), source=SOURCE, env=env, meta=metas)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from data.hardware import HardwareRegistry
-from data.importers import ImportError_, data_root, finish, need, require_columns
+from data.importers import DatasetError, data_root, finish, need, require_columns
 
 SOURCE = "wa-hls4ml@8e70542"
 FILES = ("results_resource.csv", "results_latency.csv")
@@ -44,14 +44,14 @@ def import_wa_hls4ml(root: str | Path | None = None, registry: HardwareRegistry 
         for col, key in _AVAILABLE.items():  # the rows' part must be the registry's part
             seen = set(src.loc[ok, col].dropna().astype(int))
             if seen and seen != {int(totals.get(key, -1))}:
-                raise ImportError_(f"{path}: {col} {sorted(seen)} does not match {HARDWARE} {key}={totals.get(key)}")
+                raise DatasetError(f"{path}: {col} {sorted(seen)} does not match {HARDWARE} {key}={totals.get(key)}")
         for j, r in enumerate(src.to_dict("records")):
             row = {"op": "dense", "dtype": "fixed", "m": 1, "k": int(r["d_in"]), "n": int(r["d_out"]),
                    "hardware": part.id, "timing_method": "vivado_hls_estimate"}
             if ok.iat[j]:
                 missing = [c for c in TARGETS if pd.isna(r[c])]
                 if missing:
-                    raise ImportError_(f"{path} row {j}: synthesised but {', '.join(missing)} empty")
+                    raise DatasetError(f"{path} row {j}: synthesised but {', '.join(missing)} empty")
                 row.update(status="ok", **{TARGETS[c]: float(r[c]) for c in TARGETS})
             else:
                 row.update(status="error", error="hls synthesis failed (hls_synth_success = False)")
