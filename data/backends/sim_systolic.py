@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -185,7 +186,6 @@ class SimSystolicBackend:
 
 
 def _dumps(d: dict) -> str:
-    import json
     return json.dumps(d, sort_keys=True, default=float)
 
 
