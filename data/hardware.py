@@ -17,6 +17,7 @@ from typing import Iterable
 import yaml
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "hardware"
+NON_GPU_KINDS = ("fpga", "accelerator")  # specs without the GPU roofline fields
 
 
 class UnknownHardwareError(KeyError):
@@ -28,9 +29,9 @@ class UnknownHardwareError(KeyError):
 class HardwareSpec:
     id: str
     name: str
-    kind: str  # gpu | cpu
+    kind: str  # gpu | cpu | fpga | accelerator
     vendor: str
-    sm_count: int  # SMs / compute units (GPU); cores used (CPU)
+    sm_count: int  # SMs / compute units (GPU); cores used (CPU); 0 for fpga/accelerator
     boost_clock_mhz: float
     memory_gb: float
     memory_bandwidth_gbs: float
@@ -47,7 +48,9 @@ class HardwareSpec:
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; a dtype without a published rate falls back to float32's."""
-        tflops = self.peak_tflops.get(dtype, self.peak_tflops["float32"])
+        if "float32" not in self.peak_tflops and dtype not in self.peak_tflops:
+            raise ValueError(f"hardware {self.id!r} ({self.kind}) has no peak FLOP/s for {dtype!r}")
+        tflops = self.peak_tflops.get(dtype, self.peak_tflops.get("float32"))
         return float(tflops) * 1e12
 
     @property
@@ -58,11 +61,17 @@ class HardwareSpec:
     def from_dict(cls, d: dict) -> "HardwareSpec":
         known = {f for f in cls.__dataclass_fields__}
         kwargs = {k: v for k, v in d.items() if k in known}
+        if d.get("kind") in NON_GPU_KINDS:
+            # FPGAs and accelerators have no SMs, L2 or (often) a float32 rate: absent numbers are 0 / {} and
+            # their own figures (resources, array size, SRAM) stay in ``extra``.
+            for f in ("sm_count", "boost_clock_mhz", "memory_gb", "memory_bandwidth_gbs", "l2_cache_mb"):
+                kwargs.setdefault(f, 0)
+            kwargs.setdefault("peak_tflops", {})
         missing = [f for f in ("id", "name", "kind", "vendor", "sm_count", "boost_clock_mhz", "memory_gb",
                                "memory_bandwidth_gbs", "l2_cache_mb", "peak_tflops") if f not in kwargs]
         if missing:
             raise ValueError(f"hardware spec {d.get('id', '?')!r} lacks {', '.join(missing)}")
-        if "float32" not in kwargs["peak_tflops"]:
+        if "float32" not in kwargs["peak_tflops"] and d.get("kind") not in NON_GPU_KINDS:
             raise ValueError(f"hardware spec {d['id']!r}: peak_tflops needs a float32 entry")
         kwargs["peak_tflops"] = {str(k): float(v) for k, v in kwargs["peak_tflops"].items()}
         kwargs["aliases"] = tuple(kwargs.get("aliases") or ())

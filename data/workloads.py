@@ -16,6 +16,16 @@ Conventions (one for every source; importers map theirs onto these):
 * ``conv2d``  input [batch,c_in,h,w], Conv2d(c_in, c_out, kernel, stride, padding, bias=True)
 * ``layernorm`` LayerNorm(n) over input [m,n]; ``softmax`` over the last dim of [m,n]
 * ``add`` x[m,n] + y[m,n]; ``gelu`` gelu(x[m,n])
+* elementwise: binary ``add, mul, div, pow`` (two [m,n] tensors), ``*_scalar`` (tensor op Python scalar,
+  one [m,n] tensor read: NeuSight's ``addu, mulu, divu, powu``), unary ``relu, gelu, tanh``
+* reductions ``sum, mean, max`` over the last dim of [m,n] -> [m]
+* ``sdpa`` q, k, v [batch, heads, seq_len, head_dim] -> F.scaled_dot_product_attention(is_causal=causal)
+  (FlopCounterMode counts 4*b*h*s^2*d whether causal or not: the dense work, not the unmasked half)
+* ``dense`` (family ``fpga``) an hls4ml Dense layer: input [m,k] (m = 1 sample) -> [m,n], k = d_in,
+  n = d_out; the torch builder is the float reference of the layer (fixed-point width lives in ``config``)
+* networks (family ``network``), see :mod:`data.networks`: ``mlp`` (batch, width, depth), ``cnn``
+  (batch, width, depth, h), ``transformer`` (batch, seq_len, width, heads, depth);
+  :func:`data.networks.layers` splits one into its layer workloads in the conventions above.
 
 ``flops`` is what FlopCounterMode counts (it counts matmul/conv/attention FLOPs and nothing for
 elementwise, normalisation or softmax ops, whose cost is memory traffic). ``bytes`` is every input,
@@ -35,13 +45,20 @@ from torch.utils.flop_counter import FlopCounterMode
 # Every shape parameter any op uses; the measurement schema has one nullable column per name.
 SHAPE_PARAMS: tuple[str, ...] = (
     "batch", "m", "n", "k", "c_in", "c_out", "h", "w", "kernel", "stride", "padding",
+    "heads", "seq_len", "head_dim", "causal", "width", "depth",
 )
+# parameters that may be 0 (all others must be >= 1)
+ZERO_OK: frozenset[str] = frozenset({"padding", "causal"})
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "tf32": torch.float32,  # float32 storage, tensor-core TF32 math (GPU only)
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
+    # fixed point on an FPGA (hls4ml ap_fixed<bits, int_bits>): the bit width is a number in the row's
+    # ``config`` (``precision_bits``), so models can interpolate between widths and the dtype stays one
+    # category; the torch builder uses float32 as the layer's numerical reference.
+    "fixed": torch.float32,
 }
 
 
@@ -103,6 +120,49 @@ def _gelu(p, dtype, device):
     return F.gelu, (_t((p["m"], p["n"]), dtype, device),), ()
 
 
+def _binary(fn, positive_rhs=False):
+    def builder(p, dtype, device):
+        x, y = _t((p["m"], p["n"]), dtype, device), _t((p["m"], p["n"]), dtype, device)
+        if positive_rhs:  # pow / div: keep the result finite on random inputs
+            x, y = x.abs() + 0.5, y.abs() + 0.5
+        return fn, (x, y), ()
+    return builder
+
+
+def _with_scalar(fn, scalar, keyword="other", positive=False):
+    def builder(p, dtype, device):
+        x = _t((p["m"], p["n"]), dtype, device)
+        if positive:
+            x = x.abs() + 0.5
+        return functools.partial(fn, **{keyword: scalar}), (x,), ()
+    return builder
+
+
+def _unary(fn):
+    def builder(p, dtype, device):
+        return fn, (_t((p["m"], p["n"]), dtype, device),), ()
+    return builder
+
+
+def _reduce(fn):
+    def builder(p, dtype, device):
+        return functools.partial(fn, dim=-1), (_t((p["m"], p["n"]), dtype, device),), ()
+    return builder
+
+
+def _sdpa(p, dtype, device):
+    shape = (p["batch"], p["heads"], p["seq_len"], p["head_dim"])
+    q, k, v = (_t(shape, dtype, device) for _ in range(3))
+    return functools.partial(F.scaled_dot_product_attention, is_causal=bool(p["causal"])), (q, k, v), ()
+
+
+def _network(name):
+    def builder(p, dtype, device):
+        from data.networks import build_network  # networks are built from the ops above
+        return build_network(name, p, dtype, device)
+    return builder
+
+
 OPS: dict[str, OpSpec] = {
     "matmul": OpSpec("gemm", ("m", "n", "k"), _matmul),
     "bmm": OpSpec("gemm", ("batch", "m", "n", "k"), _bmm),
@@ -112,6 +172,23 @@ OPS: dict[str, OpSpec] = {
     "softmax": OpSpec("softmax", ("m", "n"), _softmax),
     "add": OpSpec("elementwise", ("m", "n"), _add),
     "gelu": OpSpec("elementwise", ("m", "n"), _gelu),
+    "mul": OpSpec("elementwise", ("m", "n"), _binary(torch.mul)),
+    "div": OpSpec("elementwise", ("m", "n"), _binary(torch.div, positive_rhs=True)),
+    "pow": OpSpec("elementwise", ("m", "n"), _binary(torch.pow, positive_rhs=True)),
+    "add_scalar": OpSpec("elementwise", ("m", "n"), _with_scalar(torch.add, 1.0)),
+    "mul_scalar": OpSpec("elementwise", ("m", "n"), _with_scalar(torch.mul, 2.0)),
+    "div_scalar": OpSpec("elementwise", ("m", "n"), _with_scalar(torch.div, 2.0)),
+    "pow_scalar": OpSpec("elementwise", ("m", "n"), _with_scalar(torch.pow, 2.0, keyword="exponent", positive=True)),
+    "relu": OpSpec("elementwise", ("m", "n"), _unary(torch.relu)),
+    "tanh": OpSpec("elementwise", ("m", "n"), _unary(torch.tanh)),
+    "sum": OpSpec("reduction", ("m", "n"), _reduce(torch.sum)),
+    "mean": OpSpec("reduction", ("m", "n"), _reduce(torch.mean)),
+    "max": OpSpec("reduction", ("m", "n"), _reduce(torch.amax)),
+    "sdpa": OpSpec("attention", ("batch", "heads", "seq_len", "head_dim", "causal"), _sdpa),
+    "dense": OpSpec("fpga", ("m", "n", "k"), _linear),
+    "mlp": OpSpec("network", ("batch", "width", "depth"), _network("mlp")),
+    "cnn": OpSpec("network", ("batch", "width", "depth", "h"), _network("cnn")),
+    "transformer": OpSpec("network", ("batch", "seq_len", "width", "heads", "depth"), _network("transformer")),
 }
 
 
@@ -133,7 +210,7 @@ def validate(op: str, params: Mapping[str, object], dtype: str = "float32") -> d
             raise WorkloadError(f"op {op!r} needs shape parameter {name!r} (needs {', '.join(OPS[op].params)})")
         if ivalue != value and float(value) != ivalue:
             raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}")
-        lowest = 0 if name == "padding" else 1
+        lowest = 0 if name in ZERO_OK else 1
         if ivalue < lowest:
             raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be >= {lowest}, got {ivalue}")
         out[name] = ivalue
@@ -141,6 +218,10 @@ def validate(op: str, params: Mapping[str, object], dtype: str = "float32") -> d
         for side in ("h", "w"):
             if out[side] + 2 * out["padding"] < out["kernel"]:
                 raise WorkloadError(f"op 'conv2d': kernel {out['kernel']} larger than padded input {side}={out[side]}")
+    if "causal" in out and out["causal"] not in (0, 1):
+        raise WorkloadError(f"op {op!r}: shape parameter 'causal' must be 0 or 1, got {out['causal']}")
+    if op == "transformer" and out["width"] % out["heads"]:
+        raise WorkloadError(f"op 'transformer': width {out['width']} must be a multiple of heads {out['heads']}")
     return out
 
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from data.sweep import random_sweep
-from data.workloads import OPS, WorkloadError, build, count_cost, shape_id, validate
+from data.workloads import OPS, WorkloadError, build, count_cost, family, shape_id, validate
 
 
 def test_flops_match_closed_forms():
@@ -23,11 +23,13 @@ def test_bytes_are_inputs_weights_outputs_and_follow_dtype():
 
 @pytest.mark.parametrize("op", list(OPS))
 def test_every_op_builds_and_runs_on_cpu(op):
-    params = {p: 3 for p in OPS[op].params} | ({"padding": 1, "stride": 1} if op == "conv2d" else {})
+    params = {p: 3 for p in OPS[op].params} | ({"padding": 1, "stride": 1} if op == "conv2d" else {}) \
+        | ({"causal": 1} if op == "sdpa" else {})
     fn, inputs, _ = build(op, params, "float32", device="cpu")
     with torch.no_grad():
         out = fn(*inputs)
     assert torch.isfinite(out).all()
+    assert family(op) == OPS[op].family
     assert count_cost(op, params, "float32")[1] > 0
 
 
@@ -37,6 +39,8 @@ def test_every_op_builds_and_runs_on_cpu(op):
     ("matmul", {"m": 4, "n": 0, "k": 4}, "must be >= 1"),
     ("matmul", {"m": 4, "n": 2.5, "k": 4}, "must be an integer"),
     ("conv2d", dict(batch=1, c_in=1, c_out=1, h=2, w=8, kernel=5, stride=1, padding=0), "larger than padded input"),
+    ("sdpa", dict(batch=1, heads=2, seq_len=8, head_dim=4, causal=2), "'causal' must be 0 or 1"),
+    ("transformer", dict(batch=1, seq_len=8, width=10, heads=4, depth=1), "multiple of heads"),
 ])
 def test_validate_names_the_problem(op, params, msg):
     with pytest.raises(WorkloadError, match=msg):

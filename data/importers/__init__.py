@@ -1,0 +1,102 @@
+"""Importers: public datasets mapped into the one measurement schema (:mod:`data.schema`).
+
+One module per source, one function each (``import_<source>(root=None) -> DataFrame``) returning validated
+rows with ``backend = "import"`` and provenance in ``source`` (``<dataset>@<upstream commit>``), ``env`` (the
+software the source measured with) and ``meta`` (JSON: everything observed by running on the device -- kernel
+names, grid/block sizes, clocks at the end of a window, pass index -- kept for provenance, never a feature).
+Every importer reads the shared data folder in place (``root``, default ``<repo>/../shared/data``).
+
+Common rules (see :func:`finish`):
+
+* shapes are mapped onto the op conventions of :mod:`data.workloads`; ``flops``/``bytes`` are recomputed from
+  the mapped shape with :func:`data.workloads.count_cost`, so imported and measured rows agree by construction
+  (a source's own flops column goes to ``meta.source_flops`` and the tests compare the two);
+* hardware names go through the registry aliases (``conf/hardware/*.yaml``);
+* ``timestamp`` is the measurement time where the source records one, otherwise the Unix epoch with
+  ``meta.timestamp_known = false`` (deterministic: re-importing gives the same dataset hash).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from data.schema import validate
+from data.workloads import OPS, SHAPE_PARAMS, count_cost, family, shape_id
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_ROOT = REPO.parent / "shared" / "data"
+EPOCH = pd.Timestamp(0, tz="UTC")
+
+# Every source has a module data/importers/<name>.py with a function import_<name>(root=None, registry=None).
+SOURCES = ("neusight", "kerneltuner", "wa_hls4ml", "hopper")
+
+
+class DatasetError(ValueError):
+    """A source folder or file that is missing or not in the expected format (one clear line)."""
+
+
+def data_root(root: str | Path | None) -> Path:
+    path = Path(root) if root is not None else DEFAULT_ROOT
+    if not path.is_dir():
+        raise DatasetError(f"shared data folder {path} does not exist (pass root=... / data_root=...)")
+    return path
+
+
+def need(path: Path) -> Path:
+    if not path.exists():
+        raise DatasetError(f"expected dataset file {path} is missing")
+    return path
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str], where: Path | str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DatasetError(f"{where}: missing column(s) {', '.join(missing)}")
+
+
+def _json(d) -> str | None:
+    if d is None:
+        return None
+    return json.dumps({k: (v.item() if isinstance(v, np.generic) else v) for k, v in d.items()
+                       if not (isinstance(v, float) and v != v)}, sort_keys=True, default=str)
+
+
+def finish(df: pd.DataFrame, *, source: str, env: dict, meta: list[dict] | None = None,
+           config: list[dict] | None = None) -> pd.DataFrame:
+    """Complete mapped rows into schema rows and validate them.
+
+    ``df`` has ``op, dtype, hardware`` and the op's shape columns plus whatever measurements the source has;
+    this adds ``family, shape_id, flops, bytes, backend, source, env, meta, config, timestamp`` (unless set)
+    and validates. FLOPs/bytes are computed once per distinct (op, shape, dtype).
+    """
+    df = df.reset_index(drop=True).copy()
+    for p in SHAPE_PARAMS:
+        if p not in df.columns:
+            df[p] = None
+    shapes = df[list(SHAPE_PARAMS)].to_dict("records")
+    keys = [(op, tuple((p, int(row[p])) for p in OPS[op].params), dt)
+            for op, dt, row in zip(df["op"], df["dtype"], shapes)]
+    costs = {k: count_cost(k[0], dict(k[1]), k[2]) for k in dict.fromkeys(keys)}
+    ids = {(k[0], k[1]): shape_id(k[0], dict(k[1])) for k in dict.fromkeys(keys)}
+    df["flops"] = [costs[k][0] for k in keys]
+    df["bytes"] = [costs[k][1] for k in keys]
+    df["shape_id"] = [ids[(k[0], k[1])] for k in keys]
+    df["family"] = [family(op) for op in df["op"]]
+    df["backend"] = "import"
+    df["source"] = source
+    df["env"] = json.dumps(env, sort_keys=True)
+    if "timestamp" not in df.columns:
+        df["timestamp"] = EPOCH
+    if "status" not in df.columns:
+        df["status"] = "ok"
+    if "error" not in df.columns:
+        df["error"] = None
+    if meta is not None:
+        df["meta"] = [_json(m) for m in meta]
+    if config is not None:
+        df["config"] = [_json(c) for c in config]
+    return validate(df)
