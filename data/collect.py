@@ -8,7 +8,13 @@ from data.schema import validate
 
 
 def collect(backend, workloads: list[dict], desc: str | None = None, progress: bool = True) -> pd.DataFrame:
-    rows = [backend.measure(w) for w in tqdm(workloads, desc=desc or backend.name, disable=not progress,
+    """In memory, in order; anything a backend raises becomes an error row (``data.engine.safe_measure``).
+
+    For long or resumable sweeps use ``data.engine.run_sweep`` (sharded, crash-safe dataset directory).
+    """
+    from data.engine import safe_measure
+
+    rows = [safe_measure(backend, w) for w in tqdm(workloads, desc=desc or backend.name, disable=not progress,
                                              unit="cfg", dynamic_ncols=True)]
     return validate(pd.DataFrame(rows))
 
