@@ -127,6 +127,8 @@ def row_key(row: Mapping) -> str:
     """
     params = row.get("params") or {}
     config = row.get("config")
+    if not isinstance(config, (str, Mapping)):  # None, NaN or pd.NA: no config
+        config = None
     if isinstance(config, str):
         config = json.loads(config) if config else None
     ident = {f: _plain(params.get(f, row.get(f))) for f in KEY_FIELDS if f != "config"}

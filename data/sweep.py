@@ -28,7 +28,6 @@ import zlib
 from typing import Any, Mapping
 
 import numpy as np
-from scipy.stats import qmc
 
 from data.workloads import OPS, WorkloadError, count_cost, validate
 
@@ -82,6 +81,8 @@ def _op_seed(seed: int, op: str) -> list[int]:
 
 def _unit_points(kind: str, d: int, n: int, rng_seed: list[int]):
     """An endless stream of batches of points in [0, 1)^d for a quasi-random or random sampler."""
+    from scipy.stats import qmc  # lazy: scipy.stats takes ~1 s to import
+
     seed = np.random.SeedSequence(rng_seed)
     if kind == "sobol":
         sampler = qmc.Sobol(d, scramble=True, seed=np.random.default_rng(seed))

@@ -15,12 +15,14 @@ Per workload, on real tensors, with the thread count pinned (``torch.set_num_thr
   weight and output tensor touched once (``data.workloads.count_cost``): compulsory traffic, a lower
   bound on what caches and DRAM actually move;
 * **peak memory** (``peak_mem_bytes``) = bytes of the live inputs and weights + the growth of the
-  process's resident-set high-water mark during one call. The high-water mark (``VmHWM`` in
-  ``/proc/self/status``) is reset first by writing ``5`` to ``/proc/self/clear_refs`` (Linux >= 4.0).
-  Limits: page granularity (4 KiB); memory the allocator reuses from its free lists (glibc keeps
-  small freed blocks) is not new RSS and is missed; it is process-wide, so other threads' allocations
-  in that window count. ``tracemalloc`` would miss torch's C++ allocations entirely. Where
-  ``clear_refs`` cannot be written, ``peak_mem_bytes`` is left empty and ``env.peak_mem`` says why;
+  process's resident-set high-water mark during one call. Before the call, glibc's free heap pages are
+  returned to the OS (``malloc_trim(0)``), so the call's output and workspace must take fresh pages,
+  and the high-water mark (``VmHWM`` in ``/proc/self/status``) is reset by writing ``5`` to
+  ``/proc/self/clear_refs`` (Linux >= 4.0). Limits: page granularity (4 KiB); it is process-wide, so
+  other threads' allocations in that window count; an allocator other than glibc's may keep freed
+  memory and hide reuse. ``tracemalloc`` would miss torch's C++ allocations entirely, and
+  ``torch.profiler(profile_memory=True)`` costs seconds to start. Where ``clear_refs`` cannot be
+  written, ``peak_mem_bytes`` is left empty and ``env.peak_mem`` says why;
 * **energy** from Linux RAPL (:class:`Rapl`, ``/sys/class/powercap/intel-rapl*/energy_uj``; AMD Zen
   exposes the same interface): package-domain energy over a separate loop of calls lasting at least
   ``energy_min_time`` s, divided by the number of calls (``energy_j``), and that energy over the loop's
@@ -32,6 +34,8 @@ A workload that fails (invalid shape, out of memory, ...) becomes an error row w
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import re
 import statistics
@@ -115,8 +119,25 @@ def _proc_status_kb(field: str) -> int | None:
     return None
 
 
+def _malloc_trim() -> None:
+    """Return glibc's free heap pages to the OS, so the next call's allocations show up as new RSS."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC = None
+
+
 def _reset_peak_rss() -> str | None:
     """Reset VmHWM to the current RSS; returns None on success or the reason it cannot be done."""
+    _malloc_trim()
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
@@ -187,10 +208,13 @@ class CpuBackend:
         if not rapl.available:
             return None, None, f"unavailable: {rapl.reason}"
         calls = max(1, int(self.energy_min_time / max(per_call_s, 1e-9)) + 1)
-        e0, t0 = rapl.read_uj(), time.perf_counter()
-        for _ in range(calls):
-            fn(*inputs)
-        elapsed, joules = time.perf_counter() - t0, rapl.delta_j(e0, rapl.read_uj())
+        try:
+            e0, t0 = rapl.read_uj(), time.perf_counter()
+            for _ in range(calls):
+                fn(*inputs)
+            elapsed, joules = time.perf_counter() - t0, rapl.delta_j(e0, rapl.read_uj())
+        except (OSError, ValueError) as exc:
+            return None, None, f"unavailable: RAPL read failed: {exc}"
         if joules <= 0:
             return None, None, f"unavailable: RAPL counter did not advance over {elapsed:.3f} s"
         return joules / calls, joules / elapsed, f"rapl package energy over {calls} calls, {elapsed:.3f} s"
