@@ -5,12 +5,15 @@
     python -m pipelines.collect collect.engine=ray collect.ray.num_cpus=2 backend=sim-roofline
 
 Config: ``conf/collect.yaml`` (primary) with the groups ``conf/collect/{backend,workload,sweep}/``.
-Output: ``outputs/datasets/<name>/`` (``shards/*.parquet`` + ``manifest.jsonl``, see ``data/store.py``);
+Output: ``outputs/datasets/<name>/`` (``shards/*.parquet`` + ``manifest.jsonl``, see ``data/store.py``, and
+``hardware/<id>.json``: the spec of the hardware measured, e.g. the detected CPU's measured peaks);
 read it with ``data.store.read_dataset(dir)``. Rerunning the same command resumes where it stopped.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +48,7 @@ def collect(cfg: DictConfig) -> dict:
     backend = instantiate(cfg.backend)
     workloads = sweep_workloads(cfg)
     dataset = ShardedDataset(cfg.paths.dataset_dir)
+    _save_hardware_spec(backend.hardware, dataset.path)
     stats = run_sweep(backend, workloads, dataset, engine_from_config(cfg), shard_rows=int(cfg.collect.shard_rows),
                       progress=bool(cfg.progress), desc=f"{cfg.name} [{cfg.collect.engine}]")
     stats.update(dataset=str(dataset.path), rows_in_dataset=len(dataset))
@@ -52,6 +56,16 @@ def collect(cfg: DictConfig) -> dict:
           f"measured ({stats['errors']} errors), {stats['committed']} rows committed in {stats['seconds']:.1f} s "
           f"-> {dataset.path} ({stats['rows_in_dataset']} rows)")
     return stats
+
+
+def _save_hardware_spec(spec, path: Path) -> None:
+    """Keep the spec the rows were measured on (a detected CPU's measured peaks) next to the shards."""
+    target = path / "hardware" / f"{spec.id}.json"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(spec.to_dict(), indent=1, sort_keys=True))
+        os.replace(tmp, target)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="collect")

@@ -60,8 +60,8 @@ def test_adaptive_row_has_cv_repeats_memory_threads(spec, tmp_path):
     assert row["status"] == "ok" and row["timing_method"] == "adaptive_autorange"
     assert row["runtime_repeats"] >= 4 and row["runtime_cv"] >= 0 and row["runtime_iqr_ms"] >= 0
     assert env["num_threads"] == 1 and torch.get_num_threads() == 1 and env["calls_per_block"] >= 1
-    # two 4 MiB inputs are live, the 4 MiB output takes fresh pages during the call
-    assert env["peak_mem"] == "rss_hwm_delta" and 12 * 2**20 <= row["peak_mem_bytes"] < 40 * 2**20
+    # two 4 MiB inputs are live, the 4 MiB output takes fresh pages during the call (page-granular)
+    assert env["peak_mem"] == "rss_hwm_delta" and 11.5 * 2**20 <= row["peak_mem_bytes"] < 40 * 2**20
     # no powercap here: energy stays empty and the row says why
     assert row.get("energy_j") is None and row.get("power_method") is None
     assert env["energy"].startswith("unavailable: no RAPL")
@@ -105,6 +105,7 @@ def test_energy_from_an_advancing_counter(spec, tmp_path):
     finally:
         stop.set()
         thread.join()
-    calls = int(json.loads(row["env"])["energy"].split(" over ")[1].split()[0])
+    note = json.loads(row["env"])["energy"]  # "rapl package energy over <calls> calls, <seconds> s"
+    calls, seconds = int(note.split(" over ")[1].split()[0]), float(note.split(", ")[1].split()[0])
     assert row["power_method"] == "rapl" and row["power_w"] == pytest.approx(1.0, rel=0.3)
-    assert row["energy_j"] * calls == pytest.approx(row["power_w"] * 0.1, rel=0.5)  # loop lasts >= 0.1 s
+    assert seconds >= 0.1 and row["energy_j"] * calls == pytest.approx(row["power_w"] * seconds, rel=0.02)

@@ -203,16 +203,16 @@ class CpuBackend:
         live = sum(t.numel() * t.element_size() for t in (*inputs, *weights))
         return float(live + max(0, peak - before) * 1024), "rss_hwm_delta"
 
-    def _energy(self, fn, inputs, per_call_s: float) -> tuple[float | None, float | None, str]:
+    def _energy(self, fn, inputs) -> tuple[float | None, float | None, str]:
         rapl = self.rapl
         if not rapl.available:
             return None, None, f"unavailable: {rapl.reason}"
-        calls = max(1, int(self.energy_min_time / max(per_call_s, 1e-9)) + 1)
         try:
-            e0, t0 = rapl.read_uj(), time.perf_counter()
-            for _ in range(calls):
+            calls, e0, t0 = 0, rapl.read_uj(), time.perf_counter()
+            while (elapsed := time.perf_counter() - t0) < self.energy_min_time or calls == 0:
                 fn(*inputs)
-            elapsed, joules = time.perf_counter() - t0, rapl.delta_j(e0, rapl.read_uj())
+                calls += 1
+            joules = rapl.delta_j(e0, rapl.read_uj())
         except (OSError, ValueError) as exc:
             return None, None, f"unavailable: RAPL read failed: {exc}"
         if joules <= 0:
@@ -241,7 +241,7 @@ class CpuBackend:
                 if self.measure_memory:
                     row["peak_mem_bytes"], env["peak_mem"] = self._peak_memory(fn, inputs, weights)
                 if self.energy:
-                    energy_j, power_w, env["energy"] = self._energy(fn, inputs, m.median)
+                    energy_j, power_w, env["energy"] = self._energy(fn, inputs)
                     if energy_j is not None:
                         row.update(energy_j=energy_j, power_w=power_w, power_method="rapl")
         except Exception as exc:  # a config that fails (invalid shape, out of memory) is recorded, not fatal
