@@ -32,7 +32,8 @@ def collect_from_config(cfg, registry, progress: bool = True):
     ops = OmegaConf.to_container(sweep.ops, resolve=True)
     frames, cpu_spec = [], None
     if cfg.cpu.enabled:
-        backend = CpuBackend(num_threads=cfg.cpu.num_threads, min_run_time=cfg.cpu.min_run_time, warmup=cfg.cpu.warmup)
+        backend = CpuBackend(num_threads=cfg.cpu.num_threads, min_run_time=cfg.cpu.min_run_time, warmup=cfg.cpu.warmup,
+                             measure_memory=cfg.cpu.get("measure_memory", True), energy=cfg.cpu.get("energy", True))
         workloads = random_sweep(ops, list(cfg.cpu.dtypes), cfg.seed, sweep.max_flops, sweep.max_bytes)
         cpu_spec = backend.hardware
         frames.append(collect(backend, workloads, desc=f"measure {cpu_spec.id}", progress=progress))
