@@ -8,7 +8,13 @@ from data.schema import validate
 
 
 def collect(backend, workloads: list[dict], desc: str | None = None, progress: bool = True) -> pd.DataFrame:
-    rows = [backend.measure(w) for w in tqdm(workloads, desc=desc or backend.name, disable=not progress,
+    """In memory, in order; anything a backend raises becomes an error row (``data.engine.safe_measure``).
+
+    For long or resumable sweeps use ``data.engine.run_sweep`` (sharded, crash-safe dataset directory).
+    """
+    from data.engine import safe_measure
+
+    rows = [safe_measure(backend, w) for w in tqdm(workloads, desc=desc or backend.name, disable=not progress,
                                              unit="cfg", dynamic_ncols=True)]
     return validate(pd.DataFrame(rows))
 
@@ -26,7 +32,8 @@ def collect_from_config(cfg, registry, progress: bool = True):
     ops = OmegaConf.to_container(sweep.ops, resolve=True)
     frames, cpu_spec = [], None
     if cfg.cpu.enabled:
-        backend = CpuBackend(num_threads=cfg.cpu.num_threads, min_run_time=cfg.cpu.min_run_time, warmup=cfg.cpu.warmup)
+        backend = CpuBackend(num_threads=cfg.cpu.num_threads, min_run_time=cfg.cpu.min_run_time, warmup=cfg.cpu.warmup,
+                             measure_memory=cfg.cpu.get("measure_memory", True), energy=cfg.cpu.get("energy", True))
         workloads = random_sweep(ops, list(cfg.cpu.dtypes), cfg.seed, sweep.max_flops, sweep.max_bytes)
         cpu_spec = backend.hardware
         frames.append(collect(backend, workloads, desc=f"measure {cpu_spec.id}", progress=progress))

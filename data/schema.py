@@ -5,6 +5,9 @@ A row is one workload (op + shape + dtype) on one hardware by one backend. Units
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+from typing import Mapping
 
 import pandas as pd
 import pandera.pandas as pa
@@ -33,6 +36,7 @@ MeasurementSchema = pa.DataFrameSchema(
         "runtime_ms": _nullable(float, pa.Check.gt(0)),
         "runtime_iqr_ms": _nullable(float, pa.Check.ge(0)),
         "runtime_repeats": _nullable("Int64", pa.Check.ge(1)),
+        "runtime_cv": _nullable(float, pa.Check.ge(0)),  # coefficient of variation (std/mean) of repeats
         "power_w": _nullable(float, pa.Check.gt(0)),
         "energy_j": _nullable(float, pa.Check.gt(0)),
         "peak_mem_bytes": _nullable(float, pa.Check.ge(0)),
@@ -96,3 +100,40 @@ def dataset_hash(df: pd.DataFrame) -> str:
     h.update(",".join(df.columns).encode())
     h.update(pd.util.hash_pandas_object(df.astype({c: str for c in df.columns if df[c].dtype == object}), index=False).values.tobytes())
     return h.hexdigest()
+
+
+# the identity of a row: what a rerun of the same sweep would measure again
+KEY_FIELDS: tuple[str, ...] = ("op", "dtype", *SHAPE_PARAMS, "config", "hardware", "backend")
+
+
+def _plain(value):
+    """None for missing (None, NaN, pd.NA); ints for integral numbers; str for the rest."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool):
+        return value
+    try:
+        if float(value) == int(value):
+            return int(value)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return str(value)
+
+
+def row_key(row: Mapping) -> str:
+    """Stable 16-hex key of a row's identity: op, shape parameters, dtype, config, hardware, backend.
+
+    Two rows with the same key are the same measurement request (a rerun of a sweep skips them). It
+    works on a schema row or on a workload dict augmented with ``hardware`` and ``backend``: shape
+    parameters may sit at the top level or under ``params``; ``config`` may be a JSON string or a dict.
+    """
+    params = row.get("params") or {}
+    config = row.get("config")
+    if not isinstance(config, (str, Mapping)):  # None, NaN or pd.NA: no config
+        config = None
+    if isinstance(config, str):
+        config = json.loads(config) if config else None
+    ident = {f: _plain(params.get(f, row.get(f))) for f in KEY_FIELDS if f != "config"}
+    ident["config"] = config or None
+    text = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -23,3 +23,10 @@ def base_row(workload: dict, hardware: str, backend: str, source: str, env: dict
 
 def environment(**extra) -> dict:
     return {"torch": torch.__version__, "python": platform.python_version(), "host": platform.node(), **extra}
+
+
+def hardware_spec(name: str, hardware_dir: str | None = None):
+    """A spec from the hardware registry by id or alias (Hydra configs use it as a ``_target_``)."""
+    from data.hardware import CONF_DIR, HardwareRegistry
+
+    return HardwareRegistry.from_dir(hardware_dir or CONF_DIR).get(name)
