@@ -26,6 +26,12 @@ def test_cpu_failure_becomes_an_error_row(cpu):
     assert row["runtime_ms"] is None
 
 
+@pytest.mark.parametrize("dtype", ["fixed", "tf32"])
+def test_cpu_refuses_dtypes_it_cannot_compute_in(cpu, dtype):
+    row = cpu.measure({"op": "matmul", "params": {"m": 4, "n": 4, "k": 4}, "dtype": dtype})
+    assert row["status"] == "error" and f"dtype {dtype!r} has no CPU kernel" in row["error"]
+
+
 def test_sim_compute_bound_gemm_follows_peak(registry):
     w = {"op": "matmul", "params": {"m": 8192, "n": 8192, "k": 8192}, "dtype": "float16"}
     h100 = SimRooflineBackend(registry.get("H100-SXM")).measure(w)["runtime_ms"]

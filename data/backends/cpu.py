@@ -227,6 +227,8 @@ class CpuBackend:
         op, params, dtype = workload["op"], workload["params"], workload["dtype"]
         try:
             row["flops"], row["bytes"] = count_cost(op, params, dtype)
+            if dtype in ("fixed", "tf32"):  # no CPU kernel computes in these: never time a stand-in and label it
+                raise ValueError(f"dtype {dtype!r} has no CPU kernel; the cpu backend runs float32/float16/bfloat16")
             torch.set_num_threads(self.num_threads)
             with torch.no_grad():
                 fn, inputs, weights = build(op, params, dtype, device="cpu")
