@@ -3,7 +3,8 @@
 Runtimes are positive and span orders of magnitude, so errors are scored multiplicatively:
 
     s_i = |log(y_i) - log(yhat_i)|      on a calibration fold the model never saw in fit,
-    q   = the ceil((n + 1) * level) / n empirical quantile of s_1..s_n  (``higher`` interpolation),
+    q   = the k-th smallest of s_1..s_n with k = ceil((n + 1) * level)   (the largest if k > n,
+          which only happens for n < level / (1 - level), e.g. n < 9 at 90%: then the guarantee is void),
     interval = [yhat * exp(-q), yhat * exp(q)].
 
 If calibration and future rows are exchangeable, the interval covers the true value with probability
@@ -29,9 +30,8 @@ def calibrate(y_true, y_pred, level: float = 0.9) -> float:
     if len(y_true) == 0:
         raise ValueError("calibration needs at least one row")
     scores = np.abs(np.log(y_true) - np.log(np.maximum(y_pred, 1e-12)))
-    n = len(scores)
-    rank = min(1.0, math.ceil((n + 1) * level) / n)
-    return float(np.quantile(scores, rank, method="higher"))
+    k = min(len(scores), math.ceil((len(scores) + 1) * level - 1e-9))  # tolerance: (n+1)*0.9 in floats
+    return float(np.sort(scores)[k - 1])
 
 
 def interval(y_pred, q: float) -> tuple[np.ndarray, np.ndarray]:
@@ -44,3 +44,13 @@ def coverage(y_true, lo, hi) -> float:
     """Fraction of rows whose true value lies in ``[lo, hi]``."""
     y_true = np.asarray(y_true, float)
     return float(np.mean((y_true >= np.asarray(lo)) & (y_true <= np.asarray(hi))))
+
+
+def coverage_by_hardware(hardware, y_true, lo, hi) -> dict[str, float]:
+    """Coverage over all rows (key ``"all"``) and per hardware id, like ``models.evaluate.evaluate``."""
+    hardware, y_true, lo, hi = (np.asarray(a) for a in (hardware, y_true, lo, hi))
+    out = {"all": coverage(y_true, lo, hi)}
+    for hw in sorted(set(hardware)):
+        m = hardware == hw
+        out[hw] = coverage(y_true[m], lo[m], hi[m])
+    return out

@@ -28,7 +28,7 @@ from data.schema import dataset_hash
 from data.store import write_dataset
 from data.workloads import SHAPE_PARAMS
 from features.tabular import TabularFeaturizer
-from models.conformal import calibrate, coverage, interval
+from models.conformal import calibrate, coverage_by_hardware, interval
 from models.evaluate import evaluate
 from models.splits import SPLITS
 from pipelines import tracking
@@ -90,10 +90,8 @@ def run(cfg: DictConfig) -> dict:
         pred = model.predict(X.iloc[test])
         lo, hi = interval(pred, q)
         metrics = evaluate(ok.loc[test, "hardware"], y[test], pred)
-        hw = ok.loc[test, "hardware"].to_numpy()
-        for scope in metrics:
-            mask = np.ones(len(test), bool) if scope == "all" else hw == scope
-            metrics[scope][cov_key] = coverage(y[test][mask], lo[mask], hi[mask])
+        for scope, value in coverage_by_hardware(ok.loc[test, "hardware"], y[test], lo, hi).items():
+            metrics[scope][cov_key] = value
         test_frame = ok.loc[test, describe + [target]].assign(**{f"pred_{target}": pred})
         model_uri = tracking.log_model_run(
             name=name, model=model, metrics=metrics,
