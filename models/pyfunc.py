@@ -14,8 +14,8 @@ Input: one row per workload with ``op``, ``hardware``, optional ``dtype`` (defau
 op's shape columns. :func:`to_workloads` is the one place that turns a model input into such a
 workload-description frame (other input kinds, such as MLIR text, plug in there).
 Output: per target (e.g. ``runtime_ms``) the point prediction and its split-conformal interval
-``runtime_ms_lo`` / ``runtime_ms_hi`` at the level stored in the meta (nominal 90%, see
-``models/conformal.py``).
+``runtime_ms_lo`` / ``runtime_ms_hi`` at the level stored in the meta (nominal 90%; the half-width
+calibrated for the row's hardware, else the global one; see ``models/conformal.py``).
 
 Bad input (unknown hardware, unknown op, a missing or invalid shape) raises an ``MlflowException``
 with error code ``INVALID_PARAMETER_VALUE`` whose message is the featurizer's one line naming the row:
@@ -40,7 +40,7 @@ from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS
 from features.tabular import FeatureError, TabularFeaturizer
 from models.base import CostModel, load_model
-from models.conformal import interval
+from models.conformal import halfwidths, interval
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundled with every logged model
@@ -83,26 +83,32 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         try:
-            X = self.featurizer.transform(to_workloads(model_input))
+            workloads = to_workloads(model_input)
+            X = self.featurizer.transform(workloads)
+            X_hardware = workloads["hardware"]  # valid: transform resolved every name
         except FeatureError as exc:
             raise input_error(str(exc)) from None
         target = self.meta["target"]
         pred = np.asarray(self.model.predict(X), dtype=np.float64)  # the signature's double
-        lo, hi = interval(pred, self.meta["interval"]["log_halfwidth"])
+        spec = self.meta["interval"]
+        hardware = [self.registry.resolve(h) for h in X_hardware]
+        lo, hi = interval(pred, halfwidths(hardware, spec["log_halfwidth"], spec.get("by_hardware", {})))
         return pd.DataFrame(dict(zip(output_columns(target), (pred, lo, hi))))
 
 
 def save_artifacts(model: CostModel, registry: HardwareRegistry, target: str, directory: Path,
-                   log_halfwidth: float, level: float) -> dict[str, str]:
+                   log_halfwidth: float, level: float, by_hardware: dict[str, float] | None = None) -> dict[str, str]:
     """Write what the pyfunc needs into ``directory``; returns the ``artifacts`` mapping for log_model.
 
-    ``log_halfwidth`` is the split-conformal ``q`` (``models.conformal.calibrate``) at ``level``.
+    ``log_halfwidth`` is the split-conformal ``q`` (``models.conformal.calibrate``) at ``level``,
+    ``by_hardware`` the per-hardware ones (``calibrate_by_group``); rows of other hardware use the global one.
     """
     directory.mkdir(parents=True, exist_ok=True)
     model.save(directory / "model")
     (directory / "hardware.json").write_text(registry.to_json())
     meta = {"target": target, "model": model.name,
-            "interval": {"method": "split-conformal, log space", "level": level, "log_halfwidth": log_halfwidth}}
+            "interval": {"method": "split-conformal, log space, per hardware", "level": level,
+                         "log_halfwidth": log_halfwidth, "by_hardware": by_hardware or {}}}
     (directory / "meta.json").write_text(json.dumps(meta))
     return {"model": str(directory / "model"), "hardware": str(directory / "hardware.json"),
             "meta": str(directory / "meta.json")}

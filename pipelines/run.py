@@ -1,8 +1,8 @@
 """Main job: collect -> featurize -> train -> calibrate -> evaluate -> track -> register, on the embedded default.
 
 Intervals: a calibration fold of whole shapes is carved out of the training rows (never the test
-rows), each model is fitted on the rest, and the split-conformal half-width is computed on the fold
-(``models/conformal.py``); the held-out test rows give the reported coverage (``test/<scope>/coverage90``).
+rows), each model is fitted on the rest, and the split-conformal half-widths (global and per hardware)
+are computed on the fold (``models/conformal.py``); the held-out test rows give the reported coverage (``test/<scope>/coverage90``).
 
     python -m pipelines.run                 # see conf/run.yaml for what can be overridden
 """
@@ -28,7 +28,7 @@ from data.schema import dataset_hash
 from data.store import write_dataset
 from data.workloads import SHAPE_PARAMS
 from features.tabular import TabularFeaturizer
-from models.conformal import calibrate, coverage_by_hardware, interval
+from models.conformal import calibrate, calibrate_by_group, coverage_by_hardware, halfwidths, interval
 from models.evaluate import evaluate
 from models.splits import SPLITS
 from pipelines import tracking
@@ -86,9 +86,11 @@ def run(cfg: DictConfig) -> dict:
         t0 = time.perf_counter()
         model.fit(X.iloc[fit], y[fit])
         fit_s = time.perf_counter() - t0
-        q = calibrate(y[cal], model.predict(X.iloc[cal]), level)
+        pred_cal = model.predict(X.iloc[cal])
+        q = calibrate(y[cal], pred_cal, level)
+        q_hw = calibrate_by_group(ok.loc[cal, "hardware"], y[cal], pred_cal, level)
         pred = model.predict(X.iloc[test])
-        lo, hi = interval(pred, q)
+        lo, hi = interval(pred, halfwidths(ok.loc[test, "hardware"], q, q_hw))
         metrics = evaluate(ok.loc[test, "hardware"], y[test], pred)
         for scope, value in coverage_by_hardware(ok.loc[test, "hardware"], y[test], lo, hi).items():
             metrics[scope][cov_key] = value
@@ -98,7 +100,7 @@ def run(cfg: DictConfig) -> dict:
             params=params | tracking.flat_params(cfg.model, [name]),
             test_frame=test_frame, target=target, registry=registry, input_example=input_example,
             dataset=rows, dataset_source=str(dataset_path), dataset_digest=digest, fit_seconds=fit_s,
-            interval={"level": level, "log_halfwidth": q, "n": float(len(cal))}, split=split_id)
+            interval={"level": level, "log_halfwidth": q, "by_hardware": q_hw, "n": float(len(cal))}, split=split_id)
         results[name] = {"metrics": metrics, "model_uri": model_uri, "fit_seconds": fit_s, "log_halfwidth": q,
                          "test_frame": test_frame}
         log.info("%s: held-out MAPE %.1f%%, %s %.2f", name, metrics["all"]["mape"], cov_key, metrics["all"][cov_key])

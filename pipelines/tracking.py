@@ -93,7 +93,7 @@ def log_model_run(*, name: str, model: CostModel, metrics: dict[str, dict[str, f
                   interval: dict[str, float], split: dict[str, str]) -> str:
     """Log one model's run (params, metrics, plots, held-out predictions, pyfunc); returns the model URI.
 
-    ``interval`` is ``{"level": ..., "log_halfwidth": ...}`` from the conformal calibration; ``split`` the
+    ``interval`` is ``{"level", "log_halfwidth", "by_hardware", "n"}`` from the conformal calibration; ``split`` the
     held-out split identity (:func:`split_identity`), logged as tags.
     """
     with mlflow.start_run(run_name=name) as run, tempfile.TemporaryDirectory() as tmp:
@@ -104,8 +104,10 @@ def log_model_run(*, name: str, model: CostModel, metrics: dict[str, dict[str, f
                                                  digest=dataset_digest[:36]), context="training")
         for scope, values in metrics.items():
             mlflow.log_metrics({_metric_key("test", scope, k): v for k, v in values.items()})
-        mlflow.log_metrics({"fit_seconds": fit_seconds, "calibration/log_halfwidth": interval["log_halfwidth"],
-                            "calibration/n": interval["n"]})
+        mlflow.log_metrics({"fit_seconds": fit_seconds, "calibration/all/log_halfwidth": interval["log_halfwidth"],
+                            "calibration/all/n": interval["n"],
+                            **{_metric_key("calibration", hw, "log_halfwidth"): q
+                               for hw, q in interval["by_hardware"].items()}})
         y, pred, hw = test_frame[target], test_frame[f"pred_{target}"], test_frame["hardware"]
         parity_plot(hw, y, pred, f"{name}: held-out shapes", tmp / "parity.png")
         error_cdf_plot(hw, y, pred, f"{name}: held-out error CDF", tmp / "error_cdf.png")
@@ -113,7 +115,7 @@ def log_model_run(*, name: str, model: CostModel, metrics: dict[str, dict[str, f
         for f in ("parity.png", "error_cdf.png", "heldout_predictions.csv"):
             mlflow.log_artifact(str(tmp / f), artifact_path="eval")
         artifacts = save_artifacts(model, registry, target, tmp / "pyfunc", log_halfwidth=interval["log_halfwidth"],
-                                   level=interval["level"])
+                                   level=interval["level"], by_hardware=interval["by_hardware"])
         info = mlflow.pyfunc.log_model(name="model", python_model=CostModelPyfunc(), artifacts=artifacts,
                                        code_paths=code_paths(tmp / "code"),
                                        signature=signature(target), input_example=input_example,

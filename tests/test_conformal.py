@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from models.conformal import calibrate, coverage, coverage_by_hardware, interval
+from models.conformal import calibrate, calibrate_by_group, coverage, coverage_by_hardware, halfwidths, interval, min_rows
 
 
 def test_quantile_rank_is_the_finite_sample_one():
@@ -32,3 +32,21 @@ def test_interval_covers_fresh_exchangeable_rows_at_the_nominal_level():
 def test_bad_level(level):
     with pytest.raises(ValueError, match="level"):
         calibrate([1.0], [1.0], level)
+
+
+def test_per_hardware_halfwidths_fix_under_coverage_of_the_noisy_group():
+    rng = np.random.default_rng(1)
+    hw = np.repeat(["gpu-sim", "cpu"], [4000, 400])
+    sigma = np.where(hw == "cpu", 0.5, 0.05)  # real CPU timings are noisier than simulated GPUs
+    pred = rng.lognormal(0, 1, len(hw))
+    y = pred * np.exp(rng.normal(0, sigma))
+    y_new, cal = pred * np.exp(rng.normal(0, sigma)), np.arange(len(hw)) % 2 == 0
+    q = calibrate(y[cal], pred[cal])
+    lo, hi = interval(pred, q)
+    assert coverage_by_hardware(hw, y_new, lo, hi)["cpu"] < 0.6  # one global q under-covers the noisy group
+    by = calibrate_by_group(hw[cal], y[cal], pred[cal])
+    lo, hi = interval(pred, halfwidths(hw, q, by))
+    cov = coverage_by_hardware(hw, y_new, lo, hi)
+    assert 0.85 < cov["cpu"] < 0.95 and 0.85 < cov["gpu-sim"] < 0.95
+    assert min_rows(0.9) == 9 and calibrate_by_group(["a"] * 8 + ["b"] * 9, np.ones(17), np.ones(17)) == {"b": 0.0}
+    assert halfwidths(["a", "b", "new"], 0.7, {"b": 0.1}).tolist() == [0.7, 0.1, 0.7]

@@ -17,7 +17,7 @@ from models.evaluate import regression_metrics
 from models.splits import SPLITS
 from pipelines import tracking
 from tests.conftest import ROOT, run_cli
-from tests.servers import MLFLOW, free_port, running
+from tests.servers import MLFLOW, free_port, restore_mlflow_uris, running  # noqa: F401 (autouse fixture)
 
 pytestmark = pytest.mark.slow
 NAME = "lifecycle-test"
@@ -112,14 +112,13 @@ def test_tracking_server_train_register_serve(tmp_path):
         assert not (out / "mlflow.db").exists()  # nothing went to the embedded store
         assert any((tmp_path / "art").rglob("MLmodel"))  # the model's files went through the server
 
-        proc = run_cli("models", "--tracking-uri", base)
-        assert proc.returncode == 0 and "champion" in proc.stdout, proc.stderr
-        workloads = tmp_path / "w.csv"
-        workloads.write_text("op,hardware,dtype,m,n,k\nmatmul,T4,float16,1024,1024,1024\n")
-        proc = run_cli("predict", "--model", "models:/costmodel-runtime@champion", "--input", str(workloads),
-                       "--tracking-uri", base, "--format", "jsonl")
-        assert proc.returncode == 0, proc.stderr
-        cli = pd.read_json(pd.io.common.StringIO(proc.stdout), lines=True)
-        api = load_cost_model("models:/costmodel-runtime@champion", tracking_uri=base).predict(pd.read_csv(workloads))
-        assert cli.loc[0, "runtime_ms"] == pytest.approx(api.loc[0, "runtime_ms"], rel=1e-12)
+        # list and predict @champion from the server (in process: the CLI paths are covered on sqlite)
+        mlflow.set_tracking_uri(base)
+        mlflow.set_registry_uri(base)
+        versions = tracking.list_versions("costmodel-runtime")
+        assert versions["aliases"].tolist() == ["champion"] and versions["split"].iloc[0].startswith("held_out_shapes/")
+        workloads = pd.DataFrame([{"op": "matmul", "hardware": "T4", "dtype": "float16", "m": 1024, "n": 1024, "k": 1024}])
+        api = load_cost_model("models:/costmodel-runtime@champion", tracking_uri=base).predict(workloads)
+        plain = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion").predict(workloads)
+        pd.testing.assert_frame_equal(api, plain)
         assert api.loc[0, "runtime_ms_lo"] < api.loc[0, "runtime_ms"] < api.loc[0, "runtime_ms_hi"]

@@ -1,6 +1,5 @@
 """The registered pyfunc as other tools use it: intervals, self-contained loading, CLI = Python API = REST."""
 import json
-import math
 import subprocess
 import sys
 import sysconfig
@@ -14,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from models.api import load_cost_model
 from tests.conftest import run_cli
-from tests.servers import post_json, serve_model
+from tests.servers import post_json, restore_mlflow_uris, serve_model  # noqa: F401 (autouse fixture)
 
 pytestmark = pytest.mark.slow
 MODEL = "models:/costmodel-runtime@champion"
@@ -47,19 +46,28 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     assert info.saved_input_example_info is not None
     assert {"data", "features", "models"} <= {p.name for p in (Path(mlflow.artifacts.download_artifacts(MODEL)) / "code").iterdir()}
 
-    # the interval is pred * exp(+-q), q the calibrated half-width logged with the run
+    # the interval is pred * exp(+-q), q calibrated for the row's hardware (else the global one), as logged
     m = champion["run"].data.metrics
-    q = m["calibration/log_halfwidth"]
-    assert q > 0 and m["calibration/n"] > 0
-    assert list(api_preds.columns) == COLS and (api_preds["runtime_ms"] > 0).all()
-    np.testing.assert_allclose(api_preds["runtime_ms_hi"] / api_preds["runtime_ms"], math.exp(q), rtol=1e-9)
-    np.testing.assert_allclose(api_preds["runtime_ms_lo"] / api_preds["runtime_ms"], math.exp(-q), rtol=1e-9)
+    cm = load_cost_model(MODEL, tracking_uri=champion["uri"])
+    spec, registry = cm.meta["interval"], cm.pyfunc.unwrap_python_model().registry
+    assert spec["level"] == 0.9 and spec["log_halfwidth"] == pytest.approx(m["calibration/all/log_halfwidth"])
+    assert m["calibration/all/n"] >= 9
+    for hw, q in spec["by_hardware"].items():
+        assert q > 0 and m[f"calibration/{hw}/log_halfwidth"] == pytest.approx(q)
 
-    # the reported coverage is the fraction of held-out rows inside the interval
+    def q_of(hardware):
+        return np.array([spec["by_hardware"].get(registry.resolve(h), spec["log_halfwidth"]) for h in hardware])
+
+    q = q_of([w["hardware"] for w in WORKLOADS])
+    assert list(api_preds.columns) == COLS and (api_preds["runtime_ms"] > 0).all()
+    np.testing.assert_allclose(api_preds["runtime_ms_hi"] / api_preds["runtime_ms"], np.exp(q), rtol=1e-9)
+    np.testing.assert_allclose(api_preds["runtime_ms_lo"] / api_preds["runtime_ms"], np.exp(-q), rtol=1e-9)
+
+    # the reported coverage is the fraction of held-out rows inside their interval
     held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=champion["run"].info.run_id,
                                                            artifact_path="eval/heldout_predictions.csv"))
     ratio = np.abs(np.log(held["runtime_ms"] / held["pred_runtime_ms"]))
-    assert m["test/all/coverage90"] == pytest.approx(float(np.mean(ratio <= q)))
+    assert m["test/all/coverage90"] == pytest.approx(float(np.mean(ratio <= q_of(held["hardware"]))))
     assert float(champion["version"].tags["test_coverage90"]) == pytest.approx(m["test/all/coverage90"], rel=1e-5)
 
 
@@ -99,12 +107,6 @@ def test_cli_json_outputs_equal_python_api(champion, api_preds, tmp_path):
     assert proc.returncode == 0, proc.stderr
     recs = json.loads(proc.stdout)
     assert len(recs) == 3 and recs[2]["hardware"] == "a100-pcie-40gb"
-    np.testing.assert_allclose([[r[c] for c in COLS] for r in recs], api_preds[COLS].to_numpy(), rtol=1e-9)
-
-    out = tmp_path / "p.jsonl"
-    proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--output", str(out), "--tracking-uri", champion["uri"])
-    assert proc.returncode == 0, proc.stderr
-    recs = [json.loads(line) for line in out.read_text().splitlines()]
     np.testing.assert_allclose([[r[c] for c in COLS] for r in recs], api_preds[COLS].to_numpy(), rtol=1e-9)
 
     # plain mlflow.pyfunc gives the same numbers; the API turns bad input into a ValueError with the message
