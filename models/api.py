@@ -51,7 +51,10 @@ class CostModelClient:
 
 
 def load_cost_model(uri: str, tracking_uri: str | None = None) -> CostModelClient:
-    """Load a logged or registered cost model (``models:/name@alias``, ``runs:/...``, a local path)."""
+    """Load a logged or registered cost model (``models:/name@alias``, ``runs:/...``, a local path).
+
+    ``tracking_uri`` is set as MLflow's process-wide tracking and registry URI (as ``mlflow.set_tracking_uri``).
+    """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
 

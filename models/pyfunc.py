@@ -4,7 +4,8 @@ Self-contained: the logged model bundles the fitted :class:`CostModel`, the feat
 registry (the spec sheets it was trained with, plus the measured local CPU), its meta (target, interval
 half-width) *and the code* of the project packages it needs (``data``, ``features``, ``models``, as
 MLflow ``code_paths``), so a caller needs only the model URI and the pinned third-party packages, not
-this project:
+this project. (MLflow puts the model's ``code/`` folder first on ``sys.path``; in a process that has
+already imported these packages, e.g. the CLI or the main job, the imported copies are used.)
 
     >>> m = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion")
     >>> m.predict(pd.DataFrame([{"op": "matmul", "m": 1024, "n": 1024, "k": 1024,
