@@ -1,31 +1,55 @@
 """The MLflow pyfunc every registered cost model is served as.
 
-It bundles the fitted :class:`CostModel`, the featurizer's hardware registry (the spec sheets it was
-trained with, plus the measured local CPU) and its target name, so a caller needs only the model URI:
+Self-contained: the logged model bundles the fitted :class:`CostModel`, the featurizer's hardware
+registry (the spec sheets it was trained with, plus the measured local CPU), its meta (target, interval
+half-width) *and the code* of the project packages it needs (``data``, ``features``, ``models``, as
+MLflow ``code_paths``), so a caller needs only the model URI and the pinned third-party packages, not
+this project. (MLflow puts the model's ``code/`` folder first on ``sys.path``; in a process that has
+already imported these packages, e.g. the CLI or the main job, the imported copies are used.)
 
     >>> m = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion")
     >>> m.predict(pd.DataFrame([{"op": "matmul", "m": 1024, "n": 1024, "k": 1024,
     ...                          "dtype": "float16", "hardware": "H100-SXM"}]))
 
 Input: one row per workload with ``op``, ``hardware``, optional ``dtype`` (default float32) and the
-op's shape columns. Output: a frame with one column, the target (e.g. ``runtime_ms``).
-Unknown hardware or a malformed row raises ``features.tabular.FeatureError`` naming the row.
+op's shape columns. :func:`to_workloads` is the one place that turns a model input into such a
+workload-description frame (other input kinds, such as MLIR text, plug in there).
+Output: per target (e.g. ``runtime_ms``) the point prediction and its split-conformal interval
+``runtime_ms_lo`` / ``runtime_ms_hi`` at the level stored in the meta (nominal 90%; the half-width
+calibrated for the row's hardware, else the global one; see ``models/conformal.py``).
+
+Bad input (unknown hardware, unknown op, a missing or invalid shape) raises an ``MlflowException``
+with error code ``INVALID_PARAMETER_VALUE`` whose message is the featurizer's one line naming the row:
+MLflow's scoring server answers those with HTTP 400, and the CLI prints the message as is.
 """
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import mlflow.pyfunc
+import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.types import ColSpec, Schema
 from mlflow.types.schema import AnyType
 
 from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS
-from features.tabular import TabularFeaturizer
+from features.tabular import FeatureError, TabularFeaturizer
 from models.base import CostModel, load_model
+from models.conformal import halfwidths, interval
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundled with every logged model
+INPUT_ERROR_PREFIX = "invalid workload: "
+
+
+def output_columns(target: str) -> list[str]:
+    return [target, f"{target}_lo", f"{target}_hi"]
 
 
 def signature(target: str) -> ModelSignature:
@@ -34,7 +58,21 @@ def signature(target: str) -> ModelSignature:
     inputs = Schema([ColSpec("string", "op"), ColSpec("string", "hardware"),
                      ColSpec("string", "dtype", required=False),
                      *[ColSpec(AnyType(), p, required=False) for p in SHAPE_PARAMS]])
-    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("double", target)]))
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("double", c) for c in output_columns(target)]))
+
+
+def to_workloads(model_input) -> pd.DataFrame:
+    """Turn a model input into a workload-description frame (``op``, ``hardware``, ``dtype``, shapes).
+
+    Today the input already is one (a DataFrame, or records MLflow turned into one). This is the single
+    hook where other input kinds are recognised and lowered to descriptions (e.g. MLIR text, issue #4).
+    """
+    return pd.DataFrame(model_input)
+
+
+def input_error(message: str) -> MlflowException:
+    """The exception bad input raises inside ``predict``: HTTP 400 in MLflow's scoring server."""
+    return MlflowException(INPUT_ERROR_PREFIX + message, error_code=INVALID_PARAMETER_VALUE)
 
 
 class CostModelPyfunc(mlflow.pyfunc.PythonModel):
@@ -45,15 +83,43 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
         self.model = load_model(context.artifacts["model"])
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
-        X = self.featurizer.transform(pd.DataFrame(model_input))
-        return pd.DataFrame({self.meta["target"]: self.model.predict(X)})
+        try:
+            workloads = to_workloads(model_input)
+            X = self.featurizer.transform(workloads)
+            X_hardware = workloads["hardware"]  # valid: transform resolved every name
+        except FeatureError as exc:
+            raise input_error(str(exc)) from None
+        target = self.meta["target"]
+        pred = np.asarray(self.model.predict(X), dtype=np.float64)  # the signature's double
+        spec = self.meta["interval"]
+        hardware = [self.registry.resolve(h) for h in X_hardware]
+        lo, hi = interval(pred, halfwidths(hardware, spec["log_halfwidth"], spec.get("by_hardware", {})))
+        return pd.DataFrame(dict(zip(output_columns(target), (pred, lo, hi))))
 
 
-def save_artifacts(model: CostModel, registry: HardwareRegistry, target: str, directory: Path) -> dict[str, str]:
-    """Write what the pyfunc needs into ``directory``; returns the ``artifacts`` mapping for log_model."""
+def save_artifacts(model: CostModel, registry: HardwareRegistry, target: str, directory: Path,
+                   log_halfwidth: float, level: float, by_hardware: dict[str, float] | None = None) -> dict[str, str]:
+    """Write what the pyfunc needs into ``directory``; returns the ``artifacts`` mapping for log_model.
+
+    ``log_halfwidth`` is the split-conformal ``q`` (``models.conformal.calibrate``) at ``level``,
+    ``by_hardware`` the per-hardware ones (``calibrate_by_group``); rows of other hardware use the global one.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     model.save(directory / "model")
     (directory / "hardware.json").write_text(registry.to_json())
-    (directory / "meta.json").write_text(json.dumps({"target": target, "model": model.name}))
+    meta = {"target": target, "model": model.name,
+            "interval": {"method": "split-conformal, log space, per hardware", "level": level,
+                         "log_halfwidth": log_halfwidth, "by_hardware": by_hardware or {}}}
+    (directory / "meta.json").write_text(json.dumps(meta))
     return {"model": str(directory / "model"), "hardware": str(directory / "hardware.json"),
             "meta": str(directory / "meta.json")}
+
+
+def code_paths(directory: Path) -> list[str]:
+    """Copies of the project packages the pyfunc imports (no caches), for ``log_model(code_paths=...)``."""
+    paths = []
+    for pkg in CODE_PACKAGES:
+        dest = directory / pkg
+        shutil.copytree(ROOT / pkg, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+        paths.append(str(dest))
+    return paths

@@ -1,11 +1,14 @@
 """``costmodel``: the command line other tools call.
 
     costmodel predict --model models:/costmodel-runtime@champion --input workloads.csv [--output preds.csv]
+    costmodel models [--name costmodel-runtime]
 
-Input: CSV or JSON lines, one workload per row (``op``, ``hardware``, ``dtype``, shape columns).
-Output: the input columns plus one column per predicted target, as CSV (stdout or ``--output``; a
-``.jsonl`` output path writes JSON lines). Any bad input ends with one ``costmodel: error: ...`` line
-on stderr and exit status 2.
+Input: CSV, JSON lines or a JSON array of records, one workload per row (``op``, ``hardware``,
+``dtype``, shape columns). Output: the input columns plus, per predicted target, the prediction and its
+interval (``runtime_ms``, ``runtime_ms_lo``, ``runtime_ms_hi``), as CSV, JSON lines or a JSON array
+(``--format``, or the suffix of ``--output``: ``.csv``, ``.jsonl``, ``.json``). Any bad input ends with
+one ``costmodel: error: ...`` line on stderr and exit status 2.
+``costmodel models`` prints registered names, versions, aliases and their held-out metrics.
 """
 from __future__ import annotations
 
@@ -30,11 +33,13 @@ def _read_table(path: Path):
         raise CliError(f"input file not found: {path}")
     try:
         if path.suffix in (".jsonl", ".ndjson"):
-            df = pd.read_json(path, lines=True)
+            df = pd.read_json(path, lines=True, dtype=False)
+        elif path.suffix == ".json":
+            df = pd.read_json(path, orient="records", dtype=False)
         elif path.suffix == ".csv":
             df = pd.read_csv(path)
         else:
-            raise CliError(f"unsupported input {path.name!r}: use .csv or .jsonl")
+            raise CliError(f"unsupported input {path.name!r}: use .csv, .jsonl or .json")
     except (ValueError, pd.errors.ParserError) as exc:
         raise CliError(f"cannot parse {path}: {str(exc).splitlines()[0]}") from None
     if df.empty:
@@ -58,19 +63,43 @@ def _schema_reason(message: str) -> str:
     return " ".join(reason.split())[:300]
 
 
+FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
+
+
+def _write_table(df, fmt: str, dest) -> None:
+    if fmt == "jsonl":
+        dest.write(df.to_json(orient="records", lines=True, double_precision=15))
+    elif fmt == "json":
+        dest.write(df.to_json(orient="records", double_precision=15))
+        dest.write("\n")
+    else:
+        df.to_csv(dest, index=False)
+
+
+def _set_uri(arg: str | None) -> None:
+    import mlflow
+
+    uri = _tracking_uri(arg)
+    if uri:
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
+
+
 def predict(args) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
     from mlflow.exceptions import MlflowException
 
     from features.tabular import FeatureError
+    from models.pyfunc import INPUT_ERROR_PREFIX
 
+    out_path = Path(args.output) if args.output else None
+    fmt = args.format or (FORMATS.get(out_path.suffix) if out_path else "csv")
+    if fmt is None:
+        raise CliError(f"unsupported output {out_path.name!r}: use .csv, .jsonl or .json (or --format)")
     mlir_input = Path(args.input).suffix == ".mlir"
     workloads = _mlir_workloads(Path(args.input), args.hardware) if mlir_input else _read_table(Path(args.input))
-    uri = _tracking_uri(args.tracking_uri)
-    if uri:
-        mlflow.set_tracking_uri(uri)
-        mlflow.set_registry_uri(uri)
+    _set_uri(args.tracking_uri)
     try:
         model = mlflow.pyfunc.load_model(args.model)
     except (MlflowException, OSError) as exc:
@@ -80,20 +109,19 @@ def predict(args) -> int:
     except FeatureError as exc:
         raise CliError(str(exc)) from None
     except MlflowException as exc:
+        if exc.message.startswith(INPUT_ERROR_PREFIX):  # the featurizer's one line, raised inside the pyfunc
+            raise CliError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
         raise CliError(f"bad input: {_schema_reason(str(exc))}") from None
     out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True))
     if mlir_input:  # one row per recognised kernel plus their total
         out = _with_total(out, list(preds.columns))
-    if args.output:
-        path = Path(args.output)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix in (".jsonl", ".ndjson"):
-            out.to_json(path, orient="records", lines=True)
-        else:
-            out.to_csv(path, index=False)
-        print(f"wrote {len(out)} predictions to {path}", file=sys.stderr)
+    if out_path:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(out_path, "w") as f:
+            _write_table(out, fmt, f)
+        print(f"wrote {len(out)} predictions to {out_path}", file=sys.stderr)
     else:
-        out.to_csv(sys.stdout, index=False)
+        _write_table(out, fmt, sys.stdout)
     return 0
 
 
@@ -151,17 +179,42 @@ def _add_featurize(sub) -> None:
     p.set_defaults(func=featurize)
 
 
+def models(args) -> int:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow.exceptions import MlflowException
+
+    from pipelines.tracking import list_versions
+
+    _set_uri(args.tracking_uri)
+    try:
+        table = list_versions(args.name)
+    except MlflowException as exc:
+        raise CliError(f"cannot read the model registry: {str(exc).strip().splitlines()[0]}") from None
+    if table.empty:
+        raise CliError("no registered models" + (f" named {args.name!r}" if args.name else ""))
+    print(table.to_string(index=False))
+    return 0
+
+
+TRACKING_HELP = "MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db if present)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="costmodel", description="Surrogate cost models for ML kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict costs for workloads with a registered or logged model")
     p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")
-    p.add_argument("--input", required=True, help="workloads as .csv or .jsonl")
-    p.add_argument("--output", help="write predictions here (.csv or .jsonl) instead of stdout")
-    p.add_argument("--tracking-uri", help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, "
-                                          "else ./outputs/mlflow.db if present)")
+    p.add_argument("--input", required=True, help="workloads as .csv, .jsonl, .json (array of records) or .mlir")
+    p.add_argument("--output", help="write predictions here (.csv, .jsonl or .json) instead of stdout")
+    p.add_argument("--format", choices=["csv", "jsonl", "json"], help="output format (default: from --output, else csv)")
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--hardware", help="hardware id for a .mlir input (its kernels are predicted on it)")
     p.set_defaults(func=predict)
+
+    p = sub.add_parser("models", help="list registered models: versions, aliases, held-out metrics")
+    p.add_argument("--name", help="only this registered model")
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
+    p.set_defaults(func=models)
     _add_featurize(sub)
     return parser
 

@@ -1,4 +1,8 @@
-"""Main job: collect -> featurize -> train -> evaluate -> track -> register, on the embedded default.
+"""Main job: collect -> featurize -> train -> calibrate -> evaluate -> track -> register, on the embedded default.
+
+Intervals: a calibration fold of whole shapes is carved out of the training rows (never the test
+rows), each model is fitted on the rest, and the split-conformal half-widths (global and per hardware)
+are computed on the fold (``models/conformal.py``); the held-out test rows give the reported coverage (``test/<scope>/coverage90``).
 
     python -m pipelines.run                 # see conf/run.yaml for what can be overridden
 """
@@ -24,6 +28,7 @@ from data.schema import dataset_hash
 from data.store import write_dataset
 from data.workloads import SHAPE_PARAMS
 from features.tabular import TabularFeaturizer
+from models.conformal import calibrate, calibrate_by_group, coverage_by_hardware, halfwidths, interval
 from models.evaluate import evaluate
 from models.splits import SPLITS
 from pipelines import tracking
@@ -62,64 +67,88 @@ def run(cfg: DictConfig) -> dict:
     X = TabularFeaturizer(registry).transform(ok)
     y = ok[target].to_numpy(float)
 
-    # 3. split: held-out shapes
-    train, test = SPLITS[cfg.split.name](ok, test_size=cfg.split.test_size, seed=cfg.split.seed)
-    console.print(f"split {cfg.split.name}: {len(train)} train rows, {len(test)} test rows "
+    # 3. split: held-out shapes; then a calibration fold of whole shapes out of the training rows
+    split = SPLITS[cfg.split.name]
+    train, test = split(ok, test_size=cfg.split.test_size, seed=cfg.split.seed)
+    fit_pos, cal_pos = split(ok.iloc[train], test_size=cfg.interval.calibration_size, seed=cfg.split.seed)
+    fit, cal = train[fit_pos], train[cal_pos]
+    console.print(f"split {cfg.split.name}: {len(fit)} fit + {len(cal)} calibration rows "
+                  f"({ok.loc[cal, 'shape_id'].nunique()} shapes), {len(test)} test rows "
                   f"({ok.loc[test, 'shape_id'].nunique()} held-out shapes)")
+    split_id = tracking.split_identity(cfg.split.name, cfg.split.seed, cfg.split.test_size, digest,
+                                       ok.loc[test, "shape_id"])
 
-    # 4-6. train, evaluate, track
+    # 4-6. train, calibrate, evaluate, track
     uri = tracking.setup(cfg.mlflow, out)
-    params = tracking.flat_params(cfg, ["collect", "split"]) | {"target": target, "seed": str(cfg.seed)}
+    params = tracking.flat_params(cfg, ["collect", "split", "interval"]) | {"target": target, "seed": str(cfg.seed)}
     describe = ["op", "hardware", "dtype", *SHAPE_PARAMS]
     input_example = ok.loc[test[:3], describe].astype({p: float for p in SHAPE_PARAMS})
+    level = float(cfg.interval.level)
+    cov_key = f"coverage{round(level * 100)}"
     results: dict[str, dict] = {}
     for name, model_cfg in cfg.model.items():
         model = instantiate(model_cfg)
         t0 = time.perf_counter()
-        model.fit(X.iloc[train], y[train])
+        model.fit(X.iloc[fit], y[fit])
         fit_s = time.perf_counter() - t0
+        pred_cal = model.predict(X.iloc[cal])
+        q = calibrate(y[cal], pred_cal, level)
+        q_hw = calibrate_by_group(ok.loc[cal, "hardware"], y[cal], pred_cal, level)
         pred = model.predict(X.iloc[test])
+        lo, hi = interval(pred, halfwidths(ok.loc[test, "hardware"], q, q_hw))
         metrics = evaluate(ok.loc[test, "hardware"], y[test], pred)
+        for scope, value in coverage_by_hardware(ok.loc[test, "hardware"], y[test], lo, hi).items():
+            metrics[scope][cov_key] = value
         test_frame = ok.loc[test, describe + [target]].assign(**{f"pred_{target}": pred})
         model_uri = tracking.log_model_run(
             name=name, model=model, metrics=metrics,
             params=params | tracking.flat_params(cfg.model, [name]),
             test_frame=test_frame, target=target, registry=registry, input_example=input_example,
-            dataset=rows, dataset_source=str(dataset_path), dataset_digest=digest, fit_seconds=fit_s)
-        results[name] = {"metrics": metrics, "model_uri": model_uri, "fit_seconds": fit_s}
-        log.info("%s: held-out MAPE %.1f%%", name, metrics["all"]["mape"])
+            dataset=rows, dataset_source=str(dataset_path), dataset_digest=digest, fit_seconds=fit_s,
+            interval={"level": level, "log_halfwidth": q, "by_hardware": q_hw, "n": float(len(cal))}, split=split_id)
+        results[name] = {"metrics": metrics, "model_uri": model_uri, "fit_seconds": fit_s, "log_halfwidth": q,
+                         "test_frame": test_frame}
+        log.info("%s: held-out MAPE %.1f%%, %s %.2f", name, metrics["all"]["mape"], cov_key, metrics["all"][cov_key])
 
-    # 7. register the best model
+    # 7. register the best model; the alias moves only if it beats the champion on this held-out split
     key = cfg.register.select_metric
-    best = min(results, key=lambda n: results[n]["metrics"]["all"][key])
-    version = tracking.register(results[best]["model_uri"], cfg.register.name, cfg.register.alias,
-                                results[best]["metrics"]["all"])
+    better = min if tracking.LOWER_IS_BETTER.get(key, True) else max
+    best = better(results, key=lambda n: results[n]["metrics"]["all"][key])
+    decision = tracking.register(results[best]["model_uri"], cfg.register.name, cfg.register.alias,
+                                 results[best]["metrics"]["all"], split=split_id,
+                                 heldout=results[best]["test_frame"], target=target, select_metric=key,
+                                 model_name=best)
+    version = decision.version
     wall = time.perf_counter() - t_start
-    _summary(results, best, cfg, uri, version, wall)
-    return {"results": results, "best": best, "version": version, "tracking_uri": uri,
+    _summary(results, best, cfg, uri, decision, wall)
+    return {"results": results, "best": best, "version": version, "promoted": decision.promoted,
+            "decision": decision.reason, "tracking_uri": uri,
             "dataset": str(dataset_path), "dataset_sha256": digest, "wall_seconds": wall,
             "hardware": registry.ids}
 
 
-def _summary(results: dict, best: str, cfg: DictConfig, uri: str, version: str, wall: float) -> None:
+def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: tracking.Decision, wall: float) -> None:
     table = Table(title=f"held-out shapes ({cfg.split.name}): {cfg.target}", show_lines=False)
-    for col in ("model", "hardware", "n", "MAPE %", "MedAPE %", "R² (log)", "Kendall τ"):
+    cov_key = f"coverage{round(float(cfg.interval.level) * 100)}"
+    for col in ("model", "hardware", "n", "MAPE %", "MedAPE %", "R² (log)", "Kendall τ", f"cover {cov_key[8:]}%"):
         table.add_column(col, justify="left" if col in ("model", "hardware") else "right")
     for name, res in results.items():
         for scope, m in res["metrics"].items():
             table.add_row(name + (" *" if name == best else "") if scope == "all" else "", scope, f"{m['n']:.0f}",
                           f"{m['mape']:.1f}", f"{m['medape']:.1f}", f"{m.get('r2_log', np.nan):.3f}",
-                          f"{m.get('kendall_tau', np.nan):.3f}", end_section=(scope == list(res["metrics"])[-1]))
+                          f"{m.get('kendall_tau', np.nan):.3f}", f"{100 * m[cov_key]:.0f}", end_section=(scope == list(res["metrics"])[-1]))
     console.print(table)
     name, alias = cfg.register.name, cfg.register.alias
-    console.print(f"* registered {best!r} as {name} version {version}, alias @{alias}  (wall time {wall:.0f} s)\n",
-                  soft_wrap=True)
+    console.print(f"* registered {best!r} as {name} version {decision.version}; alias @{alias}: {decision.reason}"
+                  f"  (wall time {wall:.0f} s)\n", soft_wrap=True)
     example = "[dict(op='matmul', m=1024, n=1024, k=1024, dtype='float16', hardware='H100-SXM')]"
     print("Predict from the shell (workloads.csv: op, hardware, dtype and shape columns such as m,n,k):")
     print(f"  MLFLOW_TRACKING_URI={uri} costmodel predict --model models:/{name}@{alias} --input workloads.csv")
     print("Predict from Python:")
     print(f"  python -c \"import mlflow, pandas as pd; mlflow.set_tracking_uri('{uri}'); "
           f"m = mlflow.pyfunc.load_model('models:/{name}@{alias}'); print(m.predict(pd.DataFrame({example})))\"")
+    print("List registered versions, aliases and held-out metrics:")
+    print(f"  costmodel models --tracking-uri {uri}")
     print("Browse runs, metrics and plots:")
     print(f"  mlflow ui --backend-store-uri {uri} --port 5000")
 

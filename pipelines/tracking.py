@@ -1,20 +1,44 @@
-"""MLflow tracking and registry: one run per model, artifacts, and the ``champion`` alias."""
+"""MLflow tracking and registry: one run per model, artifacts, and the ``champion`` alias lifecycle.
+
+Registry lifecycle (:func:`register`): every training run registers its best model as a new version;
+the version carries its held-out metrics (``test_<metric>``) and the identity of the held-out split
+(``split_name``, ``split_seed``, ``split_test_size``, ``dataset_sha256``, ``heldout_shapes_sha256``) as
+tags. The alias (``champion``) moves to the new version only if it is strictly better than the current
+champion *on the same held-out rows*:
+
+* same split identity (all five tags equal): the champion's stored ``test_<metric>`` tag is compared;
+* otherwise the champion is loaded from the registry and re-evaluated on this run's held-out rows, and
+  both are compared there (on the rows the champion can featurize, e.g. hardware it knows). Caveat: the
+  old champion may have been trained on some of these rows (another split or dataset), which favours
+  it; the challenger then has to beat an optimistic score, so promotion errs on the side of keeping.
+
+The decision and the numbers it used are stored as tags on the new version (``champion_decision``,
+``champion_compared_on``, ``champion_<metric>``) and :func:`list_versions` shows them.
+"""
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from models.base import CostModel
-from models.evaluate import error_cdf_plot, parity_plot
-from models.pyfunc import CostModelPyfunc, save_artifacts, signature
+from models.evaluate import error_cdf_plot, parity_plot, regression_metrics
+from models.pyfunc import CostModelPyfunc, code_paths, save_artifacts, signature
+
+# direction of each selectable held-out metric
+LOWER_IS_BETTER = {"mape": True, "medape": True, "r2_log": False, "kendall_tau": False}
+SPLIT_TAGS = ("split_name", "split_seed", "split_test_size", "dataset_sha256", "heldout_shapes_sha256")
 
 
 def tracking_uri(configured: str | None, output_dir: Path) -> str:
@@ -65,33 +89,147 @@ def _metric_key(*parts: str) -> str:
 
 def log_model_run(*, name: str, model: CostModel, metrics: dict[str, dict[str, float]], params: dict[str, str],
                   test_frame: pd.DataFrame, target: str, registry, input_example: pd.DataFrame,
-                  dataset: pd.DataFrame, dataset_source: str, dataset_digest: str, fit_seconds: float) -> str:
-    """Log one model's run (params, metrics, plots, held-out predictions, pyfunc); returns the model URI."""
+                  dataset: pd.DataFrame, dataset_source: str, dataset_digest: str, fit_seconds: float,
+                  interval: dict[str, float], split: dict[str, str]) -> str:
+    """Log one model's run (params, metrics, plots, held-out predictions, pyfunc); returns the model URI.
+
+    ``interval`` is ``{"level", "log_halfwidth", "by_hardware", "n"}`` from the conformal calibration; ``split`` the
+    held-out split identity (:func:`split_identity`), logged as tags.
+    """
     with mlflow.start_run(run_name=name) as run, tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        mlflow.set_tags({"model": name, "target": target, "dataset_sha256": dataset_digest})
+        mlflow.set_tags({"model": name, "target": target, "dataset_sha256": dataset_digest, **split})
         mlflow.log_params({**params, "model.name": name})
         mlflow.log_input(mlflow.data.from_pandas(dataset, source=dataset_source, name="measurements",
                                                  digest=dataset_digest[:36]), context="training")
         for scope, values in metrics.items():
             mlflow.log_metrics({_metric_key("test", scope, k): v for k, v in values.items()})
-        mlflow.log_metric("fit_seconds", fit_seconds)
+        mlflow.log_metrics({"fit_seconds": fit_seconds, "calibration/all/log_halfwidth": interval["log_halfwidth"],
+                            "calibration/all/n": interval["n"],
+                            **{_metric_key("calibration", hw, "log_halfwidth"): q
+                               for hw, q in interval["by_hardware"].items()}})
         y, pred, hw = test_frame[target], test_frame[f"pred_{target}"], test_frame["hardware"]
         parity_plot(hw, y, pred, f"{name}: held-out shapes", tmp / "parity.png")
         error_cdf_plot(hw, y, pred, f"{name}: held-out error CDF", tmp / "error_cdf.png")
         test_frame.to_csv(tmp / "heldout_predictions.csv", index=False)
         for f in ("parity.png", "error_cdf.png", "heldout_predictions.csv"):
             mlflow.log_artifact(str(tmp / f), artifact_path="eval")
-        artifacts = save_artifacts(model, registry, target, tmp / "pyfunc")
+        artifacts = save_artifacts(model, registry, target, tmp / "pyfunc", log_halfwidth=interval["log_halfwidth"],
+                                   level=interval["level"], by_hardware=interval["by_hardware"])
         info = mlflow.pyfunc.log_model(name="model", python_model=CostModelPyfunc(), artifacts=artifacts,
+                                       code_paths=code_paths(tmp / "code"),
                                        signature=signature(target), input_example=input_example,
                                        pip_requirements=pip_requirements())
         mlflow.set_tag("model_uri", info.model_uri)
         return f"runs:/{run.info.run_id}/model" if info.model_uri is None else info.model_uri
 
 
-def register(model_uri: str, name: str, alias: str, metrics: dict[str, float]) -> str:
-    """Register ``model_uri`` as a new version of ``name`` and point ``alias`` at it; returns the version."""
-    version = mlflow.register_model(model_uri, name, tags={f"test_{k}": f"{v:.6g}" for k, v in metrics.items()})
-    MlflowClient().set_registered_model_alias(name, alias, version.version)
-    return version.version
+def split_identity(name: str, seed: int, test_size: float, dataset_digest: str, heldout_shape_ids) -> dict[str, str]:
+    """What makes two held-out evaluations comparable: the split rule, its inputs, and the rows it held out."""
+    shapes = "\n".join(sorted({str(s) for s in heldout_shape_ids}))
+    return {"split_name": str(name), "split_seed": str(seed), "split_test_size": str(test_size),
+            "dataset_sha256": dataset_digest, "heldout_shapes_sha256": hashlib.sha256(shapes.encode()).hexdigest()}
+
+
+@dataclass
+class Decision:
+    version: str
+    promoted: bool
+    reason: str
+    previous: str | None  # the champion's version before this run, if any
+
+
+def _better(metric: str, new: float, old: float) -> bool:
+    return new < old if LOWER_IS_BETTER.get(metric, True) else new > old
+
+
+def _rescore_champion(uri: str, heldout: pd.DataFrame, target: str, metric: str) -> tuple[float, float, int]:
+    """Load the champion and score it and the challenger on the held-out rows it can featurize.
+
+    ``heldout`` holds workload descriptions, the target and the challenger's ``pred_<target>``.
+    Rows are tried per hardware id, so hardware the champion never knew is left out rather than
+    failing the whole comparison. Returns (champion value, challenger value, rows compared).
+    """
+    champion = mlflow.pyfunc.load_model(uri)
+    describe = [c for c in heldout.columns if c not in (target, f"pred_{target}")]
+    kept, preds = [], []
+    for _, group in heldout.groupby("hardware", sort=True):
+        try:
+            out = champion.predict(group[describe].reset_index(drop=True))
+        except MlflowException:
+            continue
+        kept.append(group)
+        preds.append(out[target].to_numpy(float))
+    if not kept:
+        raise ValueError("the champion cannot featurize any held-out row (no hardware in common)")
+    rows = pd.concat(kept)
+    champ = regression_metrics(rows[target], np.concatenate(preds))[metric]
+    new = regression_metrics(rows[target], rows[f"pred_{target}"])[metric]
+    return champ, new, len(rows)
+
+
+def register(model_uri: str, name: str, alias: str, metrics: dict[str, float], *, split: dict[str, str],
+             heldout: pd.DataFrame, target: str, select_metric: str, model_name: str = "") -> Decision:
+    """Register ``model_uri`` as a new version of ``name``; move ``alias`` only if it beats the champion.
+
+    ``metrics`` are the held-out metrics over all hardware, ``split`` the split identity
+    (:func:`split_identity`), ``heldout`` this run's held-out rows with the challenger's predictions.
+    """
+    client = MlflowClient()
+    try:
+        current = client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        current = None
+    tags = {f"test_{k}": f"{v:.6g}" for k, v in metrics.items()} | split | {"select_metric": select_metric,
+                                                                             "model": model_name}
+    version = mlflow.register_model(model_uri, name, tags=tags).version
+    new_value = metrics[select_metric]
+    if current is None:
+        promoted, reason = True, f"first version with alias @{alias}"
+    else:
+        same = all(current.tags.get(k) == split[k] for k in SPLIT_TAGS) and f"test_{select_metric}" in current.tags
+        try:
+            if same:
+                old_value, how = float(current.tags[f"test_{select_metric}"]), "stored tags, same held-out split"
+            else:
+                old_value, new_value, n = _rescore_champion(f"models:/{name}/{current.version}", heldout, target,
+                                                            select_metric)
+                how = f"champion re-evaluated on this run's held-out rows (n={n})"
+            client.set_model_version_tag(name, version, f"champion_{select_metric}", f"{old_value:.6g}")
+            client.set_model_version_tag(name, version, "champion_compared_on", how)
+            promoted = _better(select_metric, new_value, old_value)
+            reason = (f"{select_metric} {new_value:.4g} vs champion v{current.version} {old_value:.4g} ({how}): "
+                      + ("promoted" if promoted else "champion kept"))
+        except Exception as exc:  # an unloadable or incompatible champion cannot defend its alias
+            promoted = True
+            reason = f"champion v{current.version} could not be evaluated ({type(exc).__name__}: " \
+                     f"{str(exc).splitlines()[0][:200]}): promoted"
+    client.set_model_version_tag(name, version, "champion_decision", reason)
+    if promoted:
+        client.set_registered_model_alias(name, alias, version)
+    return Decision(version=version, promoted=promoted, reason=reason,
+                    previous=None if current is None else current.version)
+
+
+def list_versions(name: str | None = None) -> pd.DataFrame:
+    """Every registered version (or those of ``name``): aliases, held-out metrics, split, decision."""
+    client = MlflowClient()
+    rows = []
+    for rm in client.search_registered_models():
+        if name and rm.name != name:
+            continue
+        aliases: dict[str, list[str]] = {}
+        for a, v in (rm.aliases or {}).items():
+            aliases.setdefault(str(v), []).append(a)
+        for mv in client.search_model_versions(f"name='{rm.name}'"):
+            t = mv.tags
+            split = (f"{t['split_name']}/seed={t.get('split_seed')}/test={t.get('split_test_size')}/"
+                     f"{t.get('heldout_shapes_sha256', '')[:8]}" if "split_name" in t else "")
+            rows.append({"name": rm.name, "version": int(mv.version),
+                         "aliases": ",".join(sorted(aliases.get(str(mv.version), []))) or "-",
+                         "model": t.get("model", ""), **{f"test_{k}": t.get(f"test_{k}", "")
+                                                         for k in ("mape", "medape", "kendall_tau", "coverage90")},
+                         "split": split, "decision": t.get("champion_decision", "")})
+    cols = ["name", "version", "aliases", "model", "test_mape", "test_medape", "test_kendall_tau", "test_coverage90",
+            "split", "decision"]
+    return pd.DataFrame(rows, columns=cols).sort_values(["name", "version"], ignore_index=True)

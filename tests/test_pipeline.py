@@ -38,7 +38,8 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
     assert sorted(r.data.tags["model"] for r in runs) == ["rf", "roofline", "xgb"]
     for r in runs:
         m = r.data.metrics
-        for key in ("test/all/mape", "test/all/medape", "test/all/r2_log", "test/all/kendall_tau", "test/T4/mape"):
+        for key in ("test/all/mape", "test/all/medape", "test/all/r2_log", "test/all/kendall_tau", "test/T4/mape",
+                    "test/all/coverage90", "test/T4/coverage90", "calibration/all/log_halfwidth"):
             assert key in m, key
         assert r.data.tags["dataset_sha256"] == dataset_hash(rows)
         assert r.data.params["collect.cpu.num_threads"] == "1" and "split.test_size" in r.data.params
@@ -61,7 +62,8 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
          "padding": 1, "hardware": cpu_id},
     ])
     pred = model.predict(frame)
-    assert list(pred.columns) == ["runtime_ms"] and (pred["runtime_ms"] > 0).all()
+    assert list(pred.columns) == ["runtime_ms", "runtime_ms_lo", "runtime_ms_hi"] and (pred["runtime_ms"] > 0).all()
+    assert (pred["runtime_ms_lo"] < pred["runtime_ms"]).all() and (pred["runtime_ms"] < pred["runtime_ms_hi"]).all()
     # the held-out predictions logged for the champion come back from the registered model
     held = pd.read_csv(Path(mlflow.artifacts.download_artifacts(run_id=best.info.run_id,
                                                                  artifact_path="eval/heldout_predictions.csv")))

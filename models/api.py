@@ -1,0 +1,64 @@
+"""Python API for other tools: ask a registered cost model for costs without knowing how it was trained.
+
+    >>> from models.api import load_cost_model
+    >>> cm = load_cost_model("models:/costmodel-runtime@champion", tracking_uri="sqlite:///outputs/mlflow.db")
+    >>> cm.predict([{"op": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "float16", "hardware": "H100-SXM"}])
+       runtime_ms  runtime_ms_lo  runtime_ms_hi
+
+A thin layer over ``mlflow.pyfunc.load_model`` (which gives the same numbers): it accepts records as
+well as a DataFrame and exposes the interval level. Bad workloads raise ``ValueError`` with the
+model's one-line message.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Mapping
+
+import pandas as pd
+
+
+class CostModelClient:
+    def __init__(self, pyfunc_model, uri: str):
+        self.pyfunc = pyfunc_model
+        self.uri = uri
+        inner = pyfunc_model.unwrap_python_model()
+        self.meta: dict = dict(getattr(inner, "meta", {}))
+
+    @property
+    def target(self) -> str:
+        return self.meta.get("target", "runtime_ms")
+
+    @property
+    def interval_level(self) -> float | None:
+        return self.meta.get("interval", {}).get("level")
+
+    def predict(self, workloads: pd.DataFrame | Iterable[Mapping] | Mapping) -> pd.DataFrame:
+        """Point prediction and interval per workload: ``<target>``, ``<target>_lo``, ``<target>_hi``."""
+        from mlflow.exceptions import MlflowException
+
+        from models.pyfunc import INPUT_ERROR_PREFIX
+
+        if isinstance(workloads, Mapping):
+            workloads = [workloads]
+        frame = workloads if isinstance(workloads, pd.DataFrame) else pd.DataFrame(list(workloads))
+        try:
+            return self.pyfunc.predict(frame)
+        except MlflowException as exc:
+            raise ValueError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
+
+    def __repr__(self) -> str:
+        return f"CostModelClient({self.uri!r}, target={self.target!r}, interval_level={self.interval_level})"
+
+
+def load_cost_model(uri: str, tracking_uri: str | None = None) -> CostModelClient:
+    """Load a logged or registered cost model (``models:/name@alias``, ``runs:/...``, a local path).
+
+    ``tracking_uri`` is set as MLflow's process-wide tracking and registry URI (as ``mlflow.set_tracking_uri``).
+    """
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_registry_uri(tracking_uri)
+    return CostModelClient(mlflow.pyfunc.load_model(uri), uri)

@@ -1,0 +1,102 @@
+"""Real MLflow servers on 127.0.0.1 for the serving and tracking-server tests: start, wait, stop."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+MLFLOW = str(Path(sys.executable).parent / "mlflow")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
+    """Poll ``url`` until it answers 200; fail with the server's log if it exits or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not ready after {timeout_s} s:\n{log.read_text()[-3000:]}")
+
+
+@contextmanager
+def running(args: list[str], ready_path: str, port: int, log: Path, env: dict | None = None, cwd: Path | None = None):
+    """Run ``args`` (a server listening on ``port``) in its own process group; yields its base URL."""
+    # the venv's bin first: MLflow execs ``uvicorn`` / ``gunicorn`` by name
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    with open(log, "w") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(env or {})},
+                                cwd=cwd, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base + ready_path, proc, log)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server and the workers it started, nothing else
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def serve_model(model_uri: str, tracking_uri: str, log: Path):
+    """``mlflow models serve`` in the local environment (the featurizer ships inside the model)."""
+    port = free_port()
+    return running([MLFLOW, "models", "serve", "-m", model_uri, "--env-manager", "local", "-h", "127.0.0.1",
+                    "-p", str(port), "-w", "1"], "/ping", port, log, env={"MLFLOW_TRACKING_URI": tracking_uri})
+
+
+def post_json(url: str, payload: bytes, content_type: str = "application/json") -> tuple[int, dict | str]:
+    import json
+
+    req = urllib.request.Request(url, data=payload, headers={"Content-Type": content_type}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            status, body = r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read().decode()
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+@pytest.fixture(autouse=True)
+def restore_mlflow_uris():
+    """Undo process-wide ``mlflow.set_tracking_uri`` / ``set_registry_uri`` (and the env vars they set)
+    after each test of a module that imports this fixture, so later tests see no server that is gone."""
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    saved = (tracking_utils._tracking_uri, registry_utils._registry_uri,
+             {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")})
+    yield
+    tracking_utils.set_tracking_uri(saved[0])
+    registry_utils._registry_uri = saved[1]
+    for k, v in saved[2].items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

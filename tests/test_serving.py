@@ -1,0 +1,158 @@
+"""The registered pyfunc as other tools use it: intervals, self-contained loading, CLI = Python API = REST."""
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from models.api import load_cost_model
+from tests.conftest import run_cli
+from tests.servers import post_json, restore_mlflow_uris, serve_model  # noqa: F401 (autouse fixture)
+
+pytestmark = pytest.mark.slow
+MODEL = "models:/costmodel-runtime@champion"
+WORKLOADS = [
+    {"op": "matmul", "m": 1024, "n": 1024, "k": 1024, "dtype": "float16", "hardware": "T4"},
+    {"op": "gelu", "m": 4096, "n": 4096, "dtype": "float32", "hardware": "A100-PCIe-40GB"},
+    {"op": "conv2d", "batch": 8, "c_in": 64, "c_out": 128, "h": 56, "w": 56, "kernel": 3, "stride": 1,
+     "padding": 1, "dtype": "float16", "hardware": "a100-pcie-40gb"},
+]
+COLS = ["runtime_ms", "runtime_ms_lo", "runtime_ms_hi"]
+
+
+@pytest.fixture(scope="module")
+def champion(tiny_run):
+    client = MlflowClient(tracking_uri=tiny_run["uri"], registry_uri=tiny_run["uri"])
+    mv = client.get_model_version_by_alias("costmodel-runtime", "champion")
+    return {"uri": tiny_run["uri"], "version": mv, "run": client.get_run(mv.run_id), "client": client}
+
+
+@pytest.fixture(scope="module")
+def api_preds(champion):
+    return load_cost_model(MODEL, tracking_uri=champion["uri"]).predict(WORKLOADS)
+
+
+def test_signature_example_interval_and_test_coverage(champion, api_preds):
+    mlflow.set_tracking_uri(champion["uri"])
+    info = mlflow.models.get_model_info(MODEL)
+    assert [c.name for c in info.signature.outputs.inputs] == COLS
+    assert {"op", "hardware", "dtype", "m", "n", "k"} <= {c.name for c in info.signature.inputs.inputs}
+    assert info.saved_input_example_info is not None
+    assert {"data", "features", "models"} <= {p.name for p in (Path(mlflow.artifacts.download_artifacts(MODEL)) / "code").iterdir()}
+
+    # the interval is pred * exp(+-q), q calibrated for the row's hardware (else the global one), as logged
+    m = champion["run"].data.metrics
+    cm = load_cost_model(MODEL, tracking_uri=champion["uri"])
+    spec, registry = cm.meta["interval"], cm.pyfunc.unwrap_python_model().registry
+    assert spec["level"] == 0.9 and spec["log_halfwidth"] == pytest.approx(m["calibration/all/log_halfwidth"])
+    assert m["calibration/all/n"] >= 9
+    for hw, q in spec["by_hardware"].items():
+        assert q > 0 and m[f"calibration/{hw}/log_halfwidth"] == pytest.approx(q)
+
+    def q_of(hardware):
+        return np.array([spec["by_hardware"].get(registry.resolve(h), spec["log_halfwidth"]) for h in hardware])
+
+    q = q_of([w["hardware"] for w in WORKLOADS])
+    assert list(api_preds.columns) == COLS and (api_preds["runtime_ms"] > 0).all()
+    np.testing.assert_allclose(api_preds["runtime_ms_hi"] / api_preds["runtime_ms"], np.exp(q), rtol=1e-9)
+    np.testing.assert_allclose(api_preds["runtime_ms_lo"] / api_preds["runtime_ms"], np.exp(-q), rtol=1e-9)
+
+    # the reported coverage is the fraction of held-out rows inside their interval
+    held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=champion["run"].info.run_id,
+                                                           artifact_path="eval/heldout_predictions.csv"))
+    ratio = np.abs(np.log(held["runtime_ms"] / held["pred_runtime_ms"]))
+    assert m["test/all/coverage90"] == pytest.approx(float(np.mean(ratio <= q_of(held["hardware"]))))
+    assert float(champion["version"].tags["test_coverage90"]) == pytest.approx(m["test/all/coverage90"], rel=1e-5)
+
+
+# Loads the model with no access to this project: -I ignores PYTHONPATH, the user site and the cwd; -S skips
+# site.py, so the venv's .pth files (among them the editable install's import hook) never run. Only the
+# venv's site-packages directory is appended by hand. The script proves the project is not importable
+# before loading, then that the pyfunc's code came from the model's own code/ folder.
+ISOLATED = r"""
+import importlib.util, json, sys
+sys.path.append(sys.argv[1])
+assert [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)] == [], "project importable"
+import mlflow, pandas as pd
+mlflow.set_tracking_uri(sys.argv[2])
+model = mlflow.pyfunc.load_model(sys.argv[3])
+preds = model.predict(pd.DataFrame(json.loads(sys.argv[4])))
+import models.pyfunc, features.tabular
+print(json.dumps({"preds": preds.to_dict(orient="list"), "files": [models.pyfunc.__file__, features.tabular.__file__]}))
+"""
+
+
+def test_model_loads_where_the_project_is_not_installed(champion, api_preds, tmp_path):
+    site = sysconfig.get_paths()["purelib"]
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED, site, champion["uri"], MODEL, json.dumps(WORKLOADS)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    root = str(Path(__file__).resolve().parent.parent)
+    for f in out["files"]:
+        assert not f.startswith(root) and f"{Path('code')}" in f, f
+    pd.testing.assert_frame_equal(pd.DataFrame(out["preds"]), api_preds, rtol=1e-9)
+
+
+def test_cli_json_outputs_equal_python_api(champion, api_preds, tmp_path):
+    src = tmp_path / "w.json"
+    src.write_text(json.dumps(WORKLOADS))
+    proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--tracking-uri", champion["uri"], "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    recs = json.loads(proc.stdout)
+    assert len(recs) == 3 and recs[2]["hardware"] == "a100-pcie-40gb"
+    np.testing.assert_allclose([[r[c] for c in COLS] for r in recs], api_preds[COLS].to_numpy(), rtol=1e-9)
+
+    # plain mlflow.pyfunc gives the same numbers; the API turns bad input into a ValueError with the message
+    mlflow.set_tracking_uri(champion["uri"])
+    pd.testing.assert_frame_equal(mlflow.pyfunc.load_model(MODEL).predict(pd.DataFrame(WORKLOADS)), api_preds)
+    with pytest.raises(ValueError, match=r"^row 0: unknown hardware 'H1000'"):
+        load_cost_model(MODEL, tracking_uri=champion["uri"]).predict({"op": "add", "m": 8, "n": 8, "hardware": "H1000"})
+
+
+def test_rest_serving_matches_cli_and_rejects_bad_input(champion, api_preds, tmp_path):
+    src = tmp_path / "w.csv"
+    pd.DataFrame(WORKLOADS).to_csv(src, index=False)
+    cli = run_cli("predict", "--model", MODEL, "--input", str(src), "--tracking-uri", champion["uri"])
+    assert cli.returncode == 0, cli.stderr
+    cli_preds = pd.read_csv(pd.io.common.StringIO(cli.stdout))[COLS]
+
+    def records(rows):
+        return json.dumps({"dataframe_records": rows}).encode()
+
+    with serve_model(MODEL, champion["uri"], tmp_path / "serve.log") as base:
+        url = base + "/invocations"
+        status, body = post_json(url, records(WORKLOADS))
+        assert status == 200, body
+        rest = pd.DataFrame(body["predictions"])[COLS]
+        np.testing.assert_allclose(rest.to_numpy(), cli_preds.to_numpy(), rtol=1e-6)  # CSV prints ~16 digits
+        np.testing.assert_allclose(rest.to_numpy(), api_preds[COLS].to_numpy(), rtol=1e-12)
+
+        split = pd.DataFrame(WORKLOADS).to_json(orient="split", index=False)
+        status, body = post_json(url, json.dumps({"dataframe_split": json.loads(split)}).encode())
+        assert status == 200, body
+        np.testing.assert_allclose(pd.DataFrame(body["predictions"])[COLS].to_numpy(), rest.to_numpy(), rtol=1e-12)
+
+        bad = [
+            ([{"hardware": "T4", "m": 8, "n": 8, "k": 8}], "op"),                              # schema: no op
+            ([{"op": "matmul", "hardware": "H1000", "m": 8, "n": 8, "k": 8}], "unknown hardware 'H1000'"),
+            ([{"op": "matmul", "hardware": "T4", "m": 8, "n": 8}], "needs shape parameter 'k'"),
+            ([{"op": "warp", "hardware": "T4", "m": 8, "n": 8}], "unknown op 'warp'"),
+        ]
+        for rows, msg in bad:
+            status, body = post_json(url, records(rows))
+            assert status == 400, (rows, status, body)
+            assert body["error_code"] == "INVALID_PARAMETER_VALUE" and msg in body["message"], body
+        status, body = post_json(url, b"{not json")
+        assert 400 <= status < 500, body
+
+        # still serving after the bad requests
+        status, body = post_json(url, records(WORKLOADS[:1]))
+        assert status == 200
+        assert body["predictions"][0]["runtime_ms"] == pytest.approx(api_preds["runtime_ms"].iloc[0], rel=1e-12)
