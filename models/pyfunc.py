@@ -12,8 +12,8 @@ already imported these packages, e.g. the CLI or the main job, the imported copi
     ...                          "dtype": "float16", "hardware": "H100-SXM"}]))
 
 Input: one row per workload with ``op``, ``hardware``, optional ``dtype`` (default float32) and the
-op's shape columns. :func:`to_workloads` is the one place that turns a model input into such a
-workload-description frame (other input kinds, such as MLIR text, plug in there).
+op's shape columns; or ``hardware`` + ``mlir`` (module text), costed as the sum of the kernels recognised
+in it. :func:`to_workloads` is the one place that turns a model input into workload descriptions.
 Output: per target (e.g. ``runtime_ms``) the point prediction and its split-conformal interval
 ``runtime_ms_lo`` / ``runtime_ms_hi`` at the level stored in the meta (nominal 90%; the half-width
 calibrated for the row's hardware, else the global one; see ``models/conformal.py``).
@@ -55,19 +55,43 @@ def output_columns(target: str) -> list[str]:
 def signature(target: str) -> ModelSignature:
     # Shape columns are typed Any: a single-op CSV gives int64, a mixed-op one float64 with NaN (a
     # column an op does not use), and MLflow will not cast int64 -> float64. The featurizer validates them.
-    inputs = Schema([ColSpec("string", "op"), ColSpec("string", "hardware"),
-                     ColSpec("string", "dtype", required=False),
+    # A row gives either ``op`` + shapes or ``mlir`` (module text); :func:`to_workloads` checks which.
+    inputs = Schema([ColSpec("string", "op", required=False), ColSpec("string", "hardware"),
+                     ColSpec("string", "dtype", required=False), ColSpec("string", "mlir", required=False),
                      *[ColSpec(AnyType(), p, required=False) for p in SHAPE_PARAMS]])
     return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("double", c) for c in output_columns(target)]))
 
 
-def to_workloads(model_input) -> pd.DataFrame:
-    """Turn a model input into a workload-description frame (``op``, ``hardware``, ``dtype``, shapes).
+def to_workloads(model_input) -> tuple[pd.DataFrame, np.ndarray]:
+    """Turn a model input into a workload-description frame and, per workload, the input row it came from.
 
-    Today the input already is one (a DataFrame, or records MLflow turned into one). This is the single
-    hook where other input kinds are recognised and lowered to descriptions (e.g. MLIR text, issue #4).
+    A row with ``op`` (+ shapes) is one workload. A row with ``mlir`` text is lowered to the kernels
+    recognised in the module (``features.mlir.workloads_from_mlir``: linalg matmul, batch_matmul,
+    conv_2d_nchw_fchw, elementwise generics), each on the row's hardware; its cost is their sum.
     """
-    return pd.DataFrame(model_input)
+    df = pd.DataFrame(model_input).reset_index(drop=True)
+    if "mlir" not in df.columns:
+        if "op" not in df.columns:
+            raise FeatureError("workloads lack column(s) op (give op + shape columns, or mlir text)")
+        return df, np.arange(len(df))
+    from features.mlir import workloads_from_mlir
+
+    frames = []
+    for i, row in df.iterrows():
+        text = row["mlir"]
+        if isinstance(text, str) and text.strip():
+            kernels = workloads_from_mlir(text, where=f"row {i}")
+            if kernels.empty:
+                raise FeatureError(f"row {i}: no kernel recognised in the MLIR (matmul, batch_matmul, "
+                                   "conv_2d_nchw_fchw, elementwise generic)")
+            kernels = kernels.drop(columns=["mlir_op", "node"]).assign(hardware=row["hardware"])
+            frames.append(kernels.astype({c: float for c in SHAPE_PARAMS}).assign(_row=i))
+        elif isinstance(row.get("op"), str):
+            frames.append(row.drop(labels=["mlir"]).to_frame().T.assign(_row=i))
+        else:
+            raise FeatureError(f"row {i}: give op + shape columns or mlir text")
+    out = pd.concat(frames, ignore_index=True)
+    return out.drop(columns="_row"), out["_row"].to_numpy(int)
 
 
 def input_error(message: str) -> MlflowException:
@@ -84,7 +108,7 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         try:
-            workloads = to_workloads(model_input)
+            workloads, rows = to_workloads(model_input)
             X = self.featurizer.transform(workloads)
             X_hardware = workloads["hardware"]  # valid: transform resolved every name
         except FeatureError as exc:
@@ -94,7 +118,10 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
         spec = self.meta["interval"]
         hardware = [self.registry.resolve(h) for h in X_hardware]
         lo, hi = interval(pred, halfwidths(hardware, spec["log_halfwidth"], spec.get("by_hardware", {})))
-        return pd.DataFrame(dict(zip(output_columns(target), (pred, lo, hi))))
+        out = pd.DataFrame(dict(zip(output_columns(target), (pred, lo, hi))))
+        # one output row per input row: an MLIR module costs the sum of its kernels (run one after another;
+        # summing the interval ends is conservative, it assumes the kernels' errors move together)
+        return out.groupby(rows, sort=True).sum().reset_index(drop=True)
 
 
 def save_artifacts(model: CostModel, registry: HardwareRegistry, target: str, directory: Path,

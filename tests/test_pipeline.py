@@ -69,3 +69,26 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
                                                                  artifact_path="eval/heldout_predictions.csv")))
     again = model.predict(held.drop(columns=["runtime_ms", "pred_runtime_ms"]))
     pd.testing.assert_series_equal(again["runtime_ms"], held["pred_runtime_ms"], check_names=False, rtol=1e-6)
+
+
+def test_champion_takes_mlir_text_and_sums_its_kernels(tiny_run):
+    """A row may carry MLIR (from the real exporter) instead of op + shapes: same numbers, one row per input."""
+    from features.mlir.export import export_workload
+
+    mlflow.set_tracking_uri(tiny_run["uri"])
+    model = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion")
+    mm = {"op": "matmul", "m": 256, "n": 128, "k": 64}
+    conv = {"op": "conv2d", "batch": 2, "c_in": 16, "c_out": 32, "h": 28, "w": 28, "kernel": 3, "stride": 1, "padding": 1}
+    by_shape = model.predict(pd.DataFrame([{**mm, "hardware": "T4"}, {**conv, "hardware": "T4"}]))
+    text_mm = export_workload("matmul", {k: v for k, v in mm.items() if k != "op"})
+    text_conv = export_workload("conv2d", {k: v for k, v in conv.items() if k != "op"})
+    frame = pd.DataFrame([{"mlir": text_mm, "hardware": "T4"}, {**conv, "hardware": "T4"},
+                          {"mlir": text_mm + "\n" + text_conv.replace("module", "module @second", 1), "hardware": "T4"}])
+    by_mlir = model.predict(frame)
+    assert len(by_mlir) == 3
+    assert by_mlir["runtime_ms"][0] == pytest.approx(by_shape["runtime_ms"][0], rel=1e-9)
+    assert by_mlir["runtime_ms"][1] == pytest.approx(by_shape["runtime_ms"][1], rel=1e-9)
+    assert by_mlir["runtime_ms"][2] == pytest.approx(by_shape["runtime_ms"].sum(), rel=1e-9)  # a two-kernel module
+    assert by_mlir["runtime_ms_hi"][2] == pytest.approx(by_shape["runtime_ms_hi"].sum(), rel=1e-9)
+    with pytest.raises(mlflow.exceptions.MlflowException, match="row 0"):
+        model.predict(pd.DataFrame([{"mlir": "func.func @f( {", "hardware": "T4"}]))
