@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -34,7 +35,7 @@ from models.splits import SPLITS
 from pipelines import tracking
 
 log = logging.getLogger(__name__)
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160, soft_wrap=True)  # logs and pipes get the full table
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 warnings.filterwarnings("ignore", category=UserWarning, module=r"mlflow\.")
 logging.getLogger("mlflow").setLevel(logging.ERROR)
