@@ -91,3 +91,50 @@ class TabularFeaturizer:
         X["roofline_ms"] = roofline_s(flops, nbytes, peak, bw) * 1e3
         X["log2_roofline_ms"] = np.log2(X["roofline_ms"])
         return X
+
+
+class PowerFeaturizer(TabularFeaturizer):
+    """The tabular features plus the spec-driven analytical power model's terms (for power surrogates).
+
+    Appends, per row, from the hardware's spec sheet and the ``sim-roofline`` simulator's formulas
+    (``data/backends/sim_roofline.py``, reused, not copied): ``hw_tdp_w``, ``hw_idle_power_w``,
+    ``analytical_runtime_ms`` (tile/wave-quantised roofline runtime), ``analytical_utilisation`` (u) and
+    ``analytical_power_w`` = idle + (TDP - idle) * u. The columns of :class:`TabularFeaturizer` are kept
+    unchanged and first. Hardware without ``tdp_w`` (the local CPU) cannot be featurized here.
+    """
+
+    def __init__(self, registry: HardwareRegistry, **sim_options):
+        super().__init__(registry)
+        self.sim_options = dict(sim_options)  # SimRooflineBackend constants; defaults = the simulator's
+
+    def transform(self, workloads: pd.DataFrame) -> pd.DataFrame:
+        from data.backends.sim_roofline import SimRooflineBackend, analytical_power_w, utilisation
+
+        X = super().transform(workloads)
+        df = self.check(workloads)
+        backends = {}
+        runtime_s, idle, tdp = [], [], []
+        for i, (op, dt, hw) in enumerate(zip(df["op"], df["dtype"], df["hardware"])):
+            if hw not in backends:
+                backends[hw] = SimRooflineBackend(self.registry.get(hw), **self.sim_options)
+            sim = backends[hw]
+            if sim.hardware.tdp_w is None:
+                raise FeatureError(f"row {i}: hardware {hw!r} has no tdp_w in its spec: no power prediction")
+            params = {p: df.at[i, p] for p in OPS[op].params}
+            runtime_s.append(sim.runtime_s(op, params, dt))
+            idle.append(sim.idle_power_w())
+            tdp.append(float(sim.hardware.tdp_w))
+        runtime_s = np.asarray(runtime_s, float)
+        peak = np.exp2(X["hw_log2_peak_flops"].to_numpy())
+        bw = np.exp2(X["hw_log2_bandwidth"].to_numpy())
+        flops = np.exp2(X["log2_flops"].to_numpy()) - 1
+        nbytes = np.exp2(X["log2_bytes"].to_numpy())
+        u = utilisation(flops, nbytes, runtime_s, peak, bw)
+        X["hw_tdp_w"] = tdp
+        X["hw_idle_power_w"] = idle
+        X["analytical_runtime_ms"] = runtime_s * 1e3
+        X["log2_analytical_runtime_ms"] = np.log2(runtime_s * 1e3)
+        X["analytical_utilisation"] = u
+        X["analytical_power_w"] = analytical_power_w(u, idle, tdp)
+        X["analytical_power_frac"] = (X["analytical_power_w"] - X["hw_idle_power_w"]) / (X["hw_tdp_w"] - X["hw_idle_power_w"])
+        return X

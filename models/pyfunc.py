@@ -150,3 +150,94 @@ def code_paths(directory: Path) -> list[str]:
         shutil.copytree(ROOT / pkg, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
         paths.append(str(dest))
     return paths
+
+
+# --- power surrogate (models/power.py): runtime + power predicted, energy derived -------------------------------
+POWER_TARGETS = ("runtime_ms", "power_w", "energy_j")
+NETWORK_COLUMNS = ("network_runtime_ms", "network_energy_j", "network_power_w")
+
+
+def power_output_columns() -> list[str]:
+    return [c for t in POWER_TARGETS for c in output_columns(t)] + list(NETWORK_COLUMNS)
+
+
+def power_signature() -> ModelSignature:
+    """Like :func:`signature`, plus an optional ``network`` column (rows sharing it are one network's layers)."""
+    base = signature("runtime_ms")
+    inputs = Schema([*base.inputs.inputs, ColSpec("string", "network", required=False)])
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("double", c) for c in power_output_columns()]))
+
+
+class PowerPyfunc(CostModelPyfunc):
+    """Serves a :class:`models.power.PowerSurrogate`: runtime, power and energy per row, with intervals.
+
+    ``energy_j = power_w * runtime_ms / 1000`` of the same prediction (derived). Intervals: split-conformal
+    per target (``meta.intervals``; energy's half-width calibrated on the derived energy). A row with
+    ``mlir`` text costs the sum of its kernels (power = energy / runtime). Rows that share a ``network``
+    value are the layers of one network: each keeps its own figures, and ``network_runtime_ms`` (sum),
+    ``network_energy_j`` (sum) and ``network_power_w`` (= energy / runtime, not a sum of powers) repeat the
+    network's totals on its rows (NaN without a ``network``). Network interval ends: runtime and energy
+    ends summed (conservative); power ends are the runtime-weighted means of the layer power ends.
+    """
+
+    def load_context(self, context):
+        from features.tabular import PowerFeaturizer
+        from models.power import PowerSurrogate
+
+        self.registry = HardwareRegistry.from_json(Path(context.artifacts["hardware"]).read_text())
+        self.meta = json.loads(Path(context.artifacts["meta"]).read_text())
+        self.featurizer = PowerFeaturizer(self.registry)
+        self.model = PowerSurrogate.load(context.artifacts["model"])
+
+    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
+        df = pd.DataFrame(model_input).reset_index(drop=True)
+        network = df["network"] if "network" in df.columns else pd.Series([None] * len(df))
+        try:
+            workloads, rows = to_workloads(df.drop(columns=["network"], errors="ignore"))
+            X = self.featurizer.transform(workloads)
+        except FeatureError as exc:
+            raise input_error(str(exc)) from None
+        pred = self.model.predict(X)
+        hardware = [self.registry.resolve(h) for h in workloads["hardware"]]
+        out = pd.DataFrame(index=range(len(pred)))
+        for t in POWER_TARGETS:
+            spec = self.meta["intervals"][t]
+            lo, hi = interval(pred[t], halfwidths(hardware, spec["log_halfwidth"], spec.get("by_hardware", {})))
+            out[t], out[f"{t}_lo"], out[f"{t}_hi"] = pred[t].to_numpy(float), lo, hi
+        out = _sum_kernels(out, rows)  # MLIR rows: the sum of their kernels
+        for c in NETWORK_COLUMNS:
+            out[c] = np.nan
+        for _, idx in network.dropna().groupby(network.dropna(), sort=False).groups.items():
+            t, e = out.loc[idx, "runtime_ms"].sum(), out.loc[idx, "energy_j"].sum()
+            out.loc[idx, "network_runtime_ms"], out.loc[idx, "network_energy_j"] = t, e
+            out.loc[idx, "network_power_w"] = e / (t / 1e3)
+        return out[power_output_columns()]
+
+
+def _sum_kernels(out: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """One row per input row: runtime and energy (and interval ends) summed; power = energy / runtime, and its
+    ends the runtime-weighted means of the kernels' power ends."""
+    if len(rows) == len(set(rows)):
+        return out.reset_index(drop=True)
+    weighted = out[["power_w_lo", "power_w_hi"]].mul(out["runtime_ms"], axis=0)
+    summed = out.drop(columns=["power_w", "power_w_lo", "power_w_hi"]).groupby(rows, sort=True).sum()
+    w = weighted.groupby(rows, sort=True).sum()
+    summed["power_w"] = summed["energy_j"] / (summed["runtime_ms"] / 1e3)
+    summed["power_w_lo"] = w["power_w_lo"] / summed["runtime_ms"]
+    summed["power_w_hi"] = w["power_w_hi"] / summed["runtime_ms"]
+    return summed.reset_index(drop=True)
+
+
+def save_power_artifacts(surrogate, registry: HardwareRegistry, directory: Path, intervals: dict[str, dict],
+                         level: float) -> dict[str, str]:
+    """Write what :class:`PowerPyfunc` needs; ``intervals[target] = {"log_halfwidth", "by_hardware"}``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    surrogate.save(directory / "model")
+    (directory / "hardware.json").write_text(registry.to_json())
+    meta = {"targets": ["runtime_ms", "power_w"], "derived": {"energy_j": "power_w * runtime_ms / 1000"},
+            "model": surrogate.name, "level": level,
+            "intervals": {t: {"method": "split-conformal, log space, per hardware", "level": level, **v}
+                          for t, v in intervals.items()}}
+    (directory / "meta.json").write_text(json.dumps(meta))
+    return {"model": str(directory / "model"), "hardware": str(directory / "hardware.json"),
+            "meta": str(directory / "meta.json")}

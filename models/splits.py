@@ -20,3 +20,22 @@ def held_out_shapes(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -
 
 
 SPLITS = {"held_out_shapes": held_out_shapes}
+
+
+# --- power surrogate (pipelines/power.py): cross-validated variants of the same grouping rule ---------------
+def grouped_kfold(rows: pd.DataFrame, n_splits: int = 5, seed: int = 0):
+    """Yield ``(train, test)`` positions over ``n_splits`` folds of whole shapes (``shape_id``), shuffled by ``seed``.
+
+    Every row is in exactly one test fold, so out-of-fold predictions cover the dataset on unseen shapes.
+    """
+    from sklearn.model_selection import GroupKFold
+
+    groups = rows["shape_id"].to_numpy()
+    yield from GroupKFold(n_splits=n_splits, shuffle=True, random_state=seed).split(rows, groups=groups)
+
+
+def leave_one_family_out(rows: pd.DataFrame):
+    """Yield ``(family, train, test)``: each op family (``family`` column) held out in turn (unseen op family)."""
+    fam = rows["family"].to_numpy()
+    for f in sorted(set(fam)):
+        yield f, np.flatnonzero(fam != f), np.flatnonzero(fam == f)

@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from data.backends import base_row, environment
 from data.hardware import HardwareSpec
 from data.workloads import count_cost, validate
@@ -67,6 +69,24 @@ def gemm_dims(op: str, p: dict) -> tuple[int, int, int, int] | None:
         w_out = (p["w"] + 2 * p["padding"] - p["kernel"]) // p["stride"] + 1
         return 1, p["batch"] * h_out * w_out, p["c_out"], p["c_in"] * p["kernel"] ** 2
     return None
+
+
+def utilisation(flops, nbytes, runtime_s, peak_flops, bandwidth_bytes_s, compute_power_weight: float = 1.0,
+                memory_power_weight: float = 1.0):
+    """``u = min(1, w_c * FLOPs / (runtime * peak) + w_m * bytes / (runtime * bandwidth))`` (module docstring).
+
+    Element-wise over numpy arrays (or scalars); the one place the power model's utilisation is defined.
+    """
+    runtime_s = np.asarray(runtime_s, dtype=float)
+    u_compute = np.asarray(flops, dtype=float) / (runtime_s * np.asarray(peak_flops, dtype=float))
+    u_memory = np.asarray(nbytes, dtype=float) / (runtime_s * np.asarray(bandwidth_bytes_s, dtype=float))
+    return np.minimum(1.0, compute_power_weight * u_compute + memory_power_weight * u_memory)
+
+
+def analytical_power_w(u, idle_power_w, tdp_w):
+    """``power_w = idle_power_w + (tdp_w - idle_power_w) * u``: never below idle, never above the board limit."""
+    idle = np.asarray(idle_power_w, dtype=float)
+    return idle + (np.asarray(tdp_w, dtype=float) - idle) * np.asarray(u, dtype=float)
 
 
 class SimRooflineBackend:
@@ -112,11 +132,9 @@ class SimRooflineBackend:
         hw = self.hardware
         if hw.tdp_w is None or runtime_s <= 0:
             return None
-        tdp, idle = float(hw.tdp_w), self.idle_power_w()
-        u_compute = flops / (runtime_s * hw.peak_flops(dtype))
-        u_memory = nbytes / (runtime_s * hw.bandwidth_bytes_s)
-        u = min(1.0, self.compute_power_weight * u_compute + self.memory_power_weight * u_memory)
-        return idle + (tdp - idle) * u
+        u = utilisation(flops, nbytes, runtime_s, hw.peak_flops(dtype), hw.bandwidth_bytes_s,
+                        self.compute_power_weight, self.memory_power_weight)
+        return float(analytical_power_w(u, self.idle_power_w(), float(hw.tdp_w)))
 
     def measure(self, workload: dict) -> dict:
         env = environment(model="sim-roofline", compute_efficiency=self.compute_efficiency,

@@ -1,0 +1,149 @@
+"""Power and energy surrogates: predict runtime and power, DERIVE energy.
+
+Two quantities are predicted, each in log space, and the third is derived from the same prediction:
+
+    runtime_ms (predicted),   power_w (predicted, average board power while the kernel runs back to back),
+    energy_j   = power_w * runtime_ms / 1000                        (derived, per call: exact by construction)
+
+A network (a list of layers run one after another) costs
+
+    runtime = sum of layer runtimes,   energy = sum of layer energies,   power = energy / runtime
+
+i.e. the runtime-weighted mean of the layer powers, never their sum (:func:`network_totals`).
+
+Models (all read the columns of ``features.tabular.PowerFeaturizer``):
+
+* :class:`AnalyticalModel`: no learning; the spec-driven ``sim-roofline`` formulas (idle power +
+  utilisation-driven dynamic power capped at TDP; tile/wave-quantised roofline runtime), read from the
+  ``analytical_power_w`` / ``analytical_runtime_ms`` feature columns.
+* ``xgb``: XGBoost on the tabular features (log target). Runtime: :class:`models.tree.XGBoostModel` on
+  ``log(runtime_ms)``. Power: on ``log(power_w / tdp_w)`` (a :class:`ResidualModel` over the spec's board
+  limit), prediction = TDP x exp(.): with one measured GPU every spec column is constant in training, so
+  trees on absolute watts would give a 72 W L4 the H200's 600 W; a fraction of the board limit transfers.
+* :class:`ResidualModel`: XGBoost on ``log(actual / analytical)``; prediction = analytical x exp(.).
+
+:class:`PowerSurrogate` pairs one runtime model with one power model and bounds the predicted power to
+``[idle_power_w, power_cap * tdp_w]`` of the row's spec (``power_cap`` = 1.12: the highest average in the
+H200 file, 778 W, over its 700 W limit, seen under throttling). Board power management holds the average
+near the limit, so a multiplicative correction learned on one GPU must not carry another GPU past it; the
+number of predictions the bound changed is in ``PowerSurrogate.last_bounded``. Hardware enters the learned
+models only through spec columns (no hardware id), so a GPU with a spec sheet and no measured rows
+gets predictions from its specs alone.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from models.base import CostModel, check_xy, load_model
+from models.roofline import RooflineModel
+from models.tree import XGBoostModel
+
+TARGETS = ("runtime_ms", "power_w")  # predicted; energy_j is derived
+DERIVED = "energy_j"
+ANALYTICAL_COLUMN = {"runtime_ms": "analytical_runtime_ms", "power_w": "analytical_power_w"}
+
+
+class AnalyticalModel(RooflineModel):
+    """The analytical (spec-driven) baseline: returns a feature column computed from spec sheets."""
+    name = "analytical"
+
+
+class ResidualModel(CostModel):
+    """Learned multiplicative correction over an analytical column: y = base * exp(f(X)), f fitted on log(y/base)."""
+    name = "residual"
+
+    def __init__(self, base_column: str = "analytical_power_w", n_estimators: int = 400, learning_rate: float = 0.05,
+                 max_depth: int = 4, subsample: float = 0.8, colsample_bytree: float = 0.8,
+                 min_child_weight: float = 3.0, random_state: int = 0, n_jobs: int = 1):
+        self.base_column = base_column
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.min_child_weight = min_child_weight
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def _inner(self) -> XGBoostModel:
+        p = self.get_params()
+        p.pop("base_column")
+        return XGBoostModel(**p)
+
+    def fit(self, X, y):
+        X, y = check_xy(X, y)
+        self.inner_ = self._inner().fit(X, y / X[self.base_column].to_numpy(float))
+        return self
+
+    def predict(self, X):
+        X, _ = check_xy(X)
+        return X[self.base_column].to_numpy(float) * self.inner_.predict(X)
+
+    def _save_payload(self, path: Path) -> None:
+        self.inner_.save(path / "inner")
+
+    def _load_payload(self, path: Path) -> None:
+        self.inner_ = load_model(path / "inner")
+
+
+def make_model(kind: str, target: str, **params) -> CostModel:
+    """``analytical`` | ``xgb`` | ``residual`` for ``target`` (runtime_ms or power_w)."""
+    if kind == "analytical":
+        return AnalyticalModel(column=ANALYTICAL_COLUMN[target])
+    if kind == "xgb":
+        return ResidualModel(base_column="hw_tdp_w", **params) if target == "power_w" else XGBoostModel(**params)
+    if kind == "residual":
+        return ResidualModel(base_column=ANALYTICAL_COLUMN[target], **params)
+    raise ValueError(f"unknown power model kind {kind!r} (analytical, xgb, residual)")
+
+
+class PowerSurrogate:
+    """One runtime model + one power model; ``predict`` returns runtime_ms, power_w and the derived energy_j."""
+
+    def __init__(self, name: str, runtime_model: CostModel, power_model: CostModel, power_cap: float = 1.12):
+        self.name = name
+        self.models = {"runtime_ms": runtime_model, "power_w": power_model}
+        self.power_cap = float(power_cap)
+        self.last_bounded = 0
+
+    def fit(self, X: pd.DataFrame, rows: pd.DataFrame) -> "PowerSurrogate":
+        for target, model in self.models.items():
+            model.fit(X, rows[target].to_numpy(float))
+        return self
+
+    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        runtime = np.asarray(self.models["runtime_ms"].predict(X), float)
+        raw = np.asarray(self.models["power_w"].predict(X), float)
+        power = np.clip(raw, X["hw_idle_power_w"].to_numpy(float), self.power_cap * X["hw_tdp_w"].to_numpy(float))
+        self.last_bounded = int(np.sum(power != raw))
+        return pd.DataFrame({"runtime_ms": runtime, "power_w": power, DERIVED: derive_energy_j(power, runtime)})
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        for target, model in self.models.items():
+            model.save(path / target)
+        (path / "surrogate.json").write_text(json.dumps({"name": self.name, "targets": list(TARGETS), "power_cap": self.power_cap,
+                                                         "derived": {DERIVED: "power_w * runtime_ms / 1000"}}))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PowerSurrogate":
+        path = Path(path)
+        meta = json.loads((path / "surrogate.json").read_text())
+        return cls(meta["name"], load_model(path / "runtime_ms"), load_model(path / "power_w"), meta["power_cap"])
+
+
+def derive_energy_j(power_w, runtime_ms):
+    """Energy per call (J) = average power (W) x runtime (s)."""
+    return np.asarray(power_w, float) * np.asarray(runtime_ms, float) / 1e3
+
+
+def network_totals(runtime_ms, energy_j) -> dict[str, float]:
+    """A network's runtime (sum), energy (sum) and power = energy / runtime (never a sum of powers)."""
+    t, e = float(np.sum(runtime_ms)), float(np.sum(energy_j))
+    return {"runtime_ms": t, "energy_j": e, "power_w": e / (t / 1e3)}
