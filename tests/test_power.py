@@ -140,6 +140,21 @@ def test_network_power_is_energy_over_runtime(data, fitted, registry, tmp_path):
     assert np.array_equal(out["energy_j"], out["power_w"] * out["runtime_ms"] / 1e3)
 
 
+def test_mlir_row_costs_the_sum_of_its_kernels(data, fitted, registry, tmp_path):
+    from features.mlir import workloads_from_mlir
+    from features.mlir.export import export_workload
+
+    rows, X = data
+    py = _pyfunc(fitted["xgb"], registry, tmp_path, rows, X)
+    text = export_workload("linear", {"m": 256, "n": 512, "k": 128}, "float32")  # matmul + bias add
+    out = py.predict(None, pd.DataFrame([{"mlir": text, "hardware": "L4"}]))
+    kernels = py.predict(None, workloads_from_mlir(text).drop(columns=["mlir_op", "node"]).assign(hardware="L4"))
+    assert len(kernels) >= 2 and len(out) == 1
+    assert out["runtime_ms"].iloc[0] == pytest.approx(kernels["runtime_ms"].sum())
+    assert out["energy_j"].iloc[0] == pytest.approx(kernels["energy_j"].sum())
+    assert out["power_w"].iloc[0] == pytest.approx(out["energy_j"].iloc[0] / out["runtime_ms"].iloc[0] * 1e3)
+
+
 @pytest.mark.slow
 def test_entry_point_registers_and_cli_predicts_power(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipelines.power", "models=[analytical,residual]", "cv.folds=2",
