@@ -83,7 +83,7 @@ def load_rows(cfg: DictConfig, out: Path, registry: HardwareRegistry) -> pd.Data
 def spec_features(rows: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFrame:
     """``TabularFeaturizer`` features (shape + hardware spec), computed once per distinct description row."""
     desc = rows[[c for c in DESCRIBE if c in rows.columns]].copy()
-    key = desc.astype(str).agg("|".join, axis=1)
+    key = pd.util.hash_pandas_object(desc, index=False)  # 64-bit row hash (NaN-safe)
     first = ~key.duplicated()
     X_unique = TabularFeaturizer(registry).transform(desc[first.to_numpy()].reset_index(drop=True))
     X_unique.index = key[first.to_numpy()].to_numpy()
@@ -216,8 +216,9 @@ def evaluate_kerneltuner(cfg, rows, registry, emit) -> list[dict]:
     ok = rows[rows["status"] == "ok"]
     print(f"kerneltuner: {len(ok)} ok configs, {int((rows['status'] == 'error').sum())} failed (dropped)")
     if ds.sample_per_hardware:
-        ok = (ok.groupby("hardware", group_keys=False)
-              .apply(lambda g: g.sample(n=min(len(g), int(ds.sample_per_hardware)), random_state=cfg.seed)))
+        keep = [g.sample(n=min(len(g), int(ds.sample_per_hardware)), random_state=cfg.seed).index
+                for _, g in ok.groupby("hardware")]
+        ok = ok.loc[np.sort(np.concatenate(keep))]
     ok = ok.reset_index(drop=True)
     meta = pd.DataFrame([json.loads(m) for m in ok["meta"]])
     noise = (pd.DataFrame({"hardware": ok["hardware"], "op": ok["op"], "cv": meta["runtime_cv"].astype(float),
