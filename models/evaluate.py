@@ -4,6 +4,15 @@
 * R^2 on log10(target) (runtimes span orders of magnitude; R^2 on the raw scale would only score the
   largest kernels);
 * Kendall tau between predicted and true values (rank agreement: what a search or scheduler uses).
+
+Public-data evaluation (``pipelines/evaluate.py``) adds:
+
+* SMAPE = mean(2 |p - y| / (|p| + |y|)) * 100, a term with p = y = 0 counting as 0 (defined for the zero-heavy
+  FPGA targets where MAPE is not); bounded in [0, 200];
+* Kendall tau *within groups* (e.g. each (op, GPU)): the unweighted mean of tau over groups with at least two
+  rows and non-constant truth, so a model cannot score well by ranking only across groups (big vs small ops);
+* top-k slowdown for configuration selection: min(true value among the k configs the model predicts fastest)
+  / min(true value over all configs); 1.0 = the model's top-k contains the true best.
 """
 from __future__ import annotations
 
@@ -27,6 +36,63 @@ def regression_metrics(y_true, y_pred) -> dict[str, float]:
     return out
 
 
+def smape(y_true, y_pred) -> float:
+    """Symmetric MAPE in percent; rows with p = y = 0 contribute 0."""
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    denom = np.abs(y_true) + np.abs(y_pred)
+    terms = np.divide(2 * np.abs(y_pred - y_true), denom, out=np.zeros_like(denom), where=denom > 0)
+    return float(np.mean(terms) * 100)
+
+
+def within_group_kendall(groups, y_true, y_pred) -> float:
+    """Mean Kendall tau over groups (>= 2 rows, truth not constant); NaN if no group qualifies."""
+    frame = pd.DataFrame({"g": np.asarray(groups), "y": np.asarray(y_true, float), "p": np.asarray(y_pred, float)})
+    taus = []
+    for _, g in frame.groupby("g", sort=False):
+        if len(g) >= 2 and g["y"].nunique() > 1:
+            tau = kendalltau(g["y"], g["p"]).statistic
+            taus.append(0.0 if np.isnan(tau) else tau)  # constant predictions carry no ranking: tau 0
+    return float(np.mean(taus)) if taus else float("nan")
+
+
+def topk_slowdown(y_true, y_pred, k: int) -> float:
+    """min(y_true over the k rows with the lowest y_pred) / min(y_true); ties in y_pred broken by row order."""
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    if len(y_true) == 0 or k < 1:
+        raise ValueError("topk_slowdown needs at least one row and k >= 1")
+    picks = np.argsort(y_pred, kind="stable")[:k]
+    return float(np.min(y_true[picks]) / np.min(y_true))
+
+
+def ranking_metrics(y_true, y_pred, ks=(1, 5, 10)) -> dict[str, float]:
+    """Kendall tau and top-k slowdowns of one configuration space (one kernel on one GPU)."""
+    out = {"kendall_tau": float(kendalltau(y_true, y_pred).statistic) if len(y_true) >= 2 else float("nan")}
+    out.update({f"top{k}_slowdown": topk_slowdown(y_true, y_pred, k) for k in ks})
+    return out
+
+
+def resource_metrics(y_true, y_pred) -> dict[str, float]:
+    """Metrics for non-negative, zero-heavy targets (FPGA resources): R^2 raw and on log1p, SMAPE, MAE."""
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    out = {"n": float(len(y_true)), "smape": smape(y_true, y_pred), "mae": float(np.mean(np.abs(y_pred - y_true)))}
+    if len(y_true) >= 2:
+        out["r2"] = float(r2_score(y_true, y_pred))
+        out["r2_log1p"] = float(r2_score(np.log1p(y_true), np.log1p(np.maximum(y_pred, 0))))
+    return out
+
+
+def bar_plot(values: dict[str, float], ylabel: str, title: str, path) -> None:
+    """One bar per key (hardware id, target, ...), e.g. per-hardware MAPE."""
+    fig, ax = plt.subplots(figsize=(max(4, 0.8 * len(values) + 2), 4))
+    keys = list(values)
+    ax.bar(range(len(keys)), [values[k] for k in keys])
+    ax.set_xticks(range(len(keys)), keys, rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel=ylabel, title=title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def evaluate(hardware: pd.Series, y_true, y_pred) -> dict[str, dict[str, float]]:
     """Metrics overall (key ``"all"``) and per hardware id."""
     hardware = np.asarray(hardware)
@@ -38,7 +104,8 @@ def evaluate(hardware: pd.Series, y_true, y_pred) -> dict[str, dict[str, float]]
     return result
 
 
-def parity_plot(hardware, y_true, y_pred, title: str, path) -> None:
+def parity_plot(hardware, y_true, y_pred, title: str, path, xlabel: str = "true runtime (ms): measured or simulated",
+                ylabel: str = "predicted runtime (ms)") -> None:
     fig, ax = plt.subplots(figsize=(6, 6))
     hardware = np.asarray(hardware)
     for hw in sorted(set(hardware)):
@@ -47,17 +114,23 @@ def parity_plot(hardware, y_true, y_pred, title: str, path) -> None:
     lo = float(min(np.min(y_true), np.min(y_pred)))
     hi = float(max(np.max(y_true), np.max(y_pred)))
     ax.plot([lo, hi], [lo, hi], "k--", lw=1)
-    ax.set(xscale="log", yscale="log", xlabel="true runtime (ms): measured or simulated", ylabel="predicted runtime (ms)", title=title)
+    ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize=7, markerscale=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def error_cdf_plot(hardware, y_true, y_pred, title: str, path) -> None:
+def error_cdf_plot(hardware, y_true, y_pred, title: str, path, symmetric: bool = False) -> None:
+    """CDF of the absolute percentage error (``symmetric``: of the SMAPE term, for targets that can be 0)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     hardware = np.asarray(hardware)
-    ape = np.abs(np.asarray(y_pred) - np.asarray(y_true)) / np.asarray(y_true) * 100
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    if symmetric:
+        denom = np.abs(y_true) + np.abs(y_pred)
+        ape = np.divide(200 * np.abs(y_pred - y_true), denom, out=np.zeros_like(denom), where=denom > 0)
+    else:
+        ape = np.abs(y_pred - y_true) / y_true * 100
     for hw in ["all", *sorted(set(hardware))]:
         e = np.sort(ape if hw == "all" else ape[hardware == hw])
         ax.plot(e, np.arange(1, len(e) + 1) / len(e), lw=2 if hw == "all" else 1, label=hw)

@@ -11,12 +11,7 @@ from sklearn.model_selection import GroupShuffleSplit
 
 
 def held_out_shapes(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    groups = rows["shape_id"].to_numpy()
-    if len(np.unique(groups)) < 2:
-        raise ValueError("held_out_shapes needs at least two distinct shapes")
-    splitter = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
-    train, test = next(splitter.split(rows, groups=groups))
-    return np.sort(train), np.sort(test)
+    return held_out_groups(rows["shape_id"].to_numpy(), test_size, seed)
 
 
 SPLITS = {"held_out_shapes": held_out_shapes}
@@ -36,6 +31,68 @@ def grouped_kfold(rows: pd.DataFrame, n_splits: int = 5, seed: int = 0):
 
 def leave_one_family_out(rows: pd.DataFrame):
     """Yield ``(family, train, test)``: each op family (``family`` column) held out in turn (unseen op family)."""
-    fam = rows["family"].to_numpy()
-    for f in sorted(set(fam)):
-        yield f, np.flatnonzero(fam != f), np.flatnonzero(fam == f)
+    yield from leave_one_group_out(rows, "family")
+
+
+# --- splits for the public datasets (pipelines/evaluate.py) -------------------------------------------------
+# Each returns sorted positional index arrays; a group (GPU, configuration, layer shape, precision) is never on
+# both sides.
+
+def leave_one_group_out(rows: pd.DataFrame, column: str = "hardware"):
+    """Yield ``(held_out_value, train, test)`` once per distinct value of ``column`` (e.g. leave-one-GPU-out)."""
+    values = rows[column].to_numpy()
+    distinct = sorted(set(values))
+    if len(distinct) < 2:
+        raise ValueError(f"leave-one-out over {column!r} needs at least two distinct values, got {distinct}")
+    for v in distinct:
+        test = values == v
+        yield v, np.flatnonzero(~test), np.flatnonzero(test)
+
+
+def held_out_groups(groups, test_size: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Hold out a seeded fraction of whole groups (any hashable key per row)."""
+    groups = np.asarray(groups)
+    if len(np.unique(groups)) < 2:
+        raise ValueError("a grouped split needs at least two distinct groups")
+    train, test = next(GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
+                       .split(np.zeros(len(groups)), groups=groups))
+    return np.sort(train), np.sort(test)
+
+
+def held_out_layer_shapes(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0):
+    """wa-hls4ml: hold out whole (d_in, d_out) = (k, n) layer shapes, every precision / reuse / strategy at once."""
+    keys = rows["k"].astype(int).astype(str) + "x" + rows["n"].astype(int).astype(str)
+    return held_out_groups(keys.to_numpy(), test_size, seed)
+
+
+def held_out_precision(rows: pd.DataFrame, train_max_bits: int = 10, test_bits=(12, 13, 14),
+                       column: str = "precision_bits"):
+    """Train on precisions <= ``train_max_bits``, test on ``test_bits`` (extrapolation in bit width)."""
+    bits = rows[column].astype(int).to_numpy()
+    train, test = np.flatnonzero(bits <= train_max_bits), np.flatnonzero(np.isin(bits, list(test_bits)))
+    if len(train) == 0 or len(test) == 0:
+        raise ValueError(f"held_out_precision: {len(train)} train rows (<= {train_max_bits} bits), "
+                         f"{len(test)} test rows ({list(test_bits)} bits)")
+    return train, test
+
+
+def few_shot_transfer(rows: pd.DataFrame, target, fraction: float = 0.1, seed: int = 0,
+                      hardware: str = "hardware", within: str | None = None):
+    """Transfer to ``target`` hardware given ``fraction`` of its rows.
+
+    Returns ``(support, other, test)``: a seeded ``fraction`` of the target's rows (``support``), every row of the
+    other hardware (restricted to the same ``within`` value, e.g. the same kernel, as the target's rows), and
+    the target's remaining rows (``test``). Train "transfer" on support + other, "alone" on support only.
+    """
+    hw = rows[hardware].to_numpy()
+    tgt = np.flatnonzero(hw == target)
+    if len(tgt) < 2:
+        raise ValueError(f"few_shot_transfer: hardware {target!r} has {len(tgt)} rows")
+    rng = np.random.default_rng(seed)
+    n_support = max(1, int(round(fraction * len(tgt))))
+    support = np.sort(rng.choice(tgt, size=n_support, replace=False))
+    test = np.setdiff1d(tgt, support)
+    other_mask = hw != target
+    if within is not None:
+        other_mask &= rows[within].isin(set(rows[within].iloc[tgt])).to_numpy()
+    return support, np.flatnonzero(other_mask), test
