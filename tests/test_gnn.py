@@ -33,7 +33,7 @@ def test_additive_readout_is_structural_before_and_after_training(tmp_path):
     graphs = _graphs()
     model = GNNModel(hidden=16, layers=2, epochs=0)
     model.fit(graphs, Y)  # epochs=0: initialised (normalisation, scale) but untrained
-    for m in (model, GNNModel(hidden=16, layers=2, epochs=20).fit(graphs, Y)):
+    for m in (model, GNNModel(hidden=16, layers=2, epochs=5).fit(graphs, Y)):
         g = graphs[4]
         one, two = m.predict([g, _two_copies(g)])
         assert two == pytest.approx(2 * one, rel=1e-5)
@@ -43,7 +43,7 @@ def test_additive_readout_is_structural_before_and_after_training(tmp_path):
 
 def test_gnn_fit_predict_save_load(tmp_path):
     graphs = _graphs()
-    model = GNNModel(hidden=32, layers=2, epochs=150, lr=1e-2, batch_size=4).fit(graphs, Y)
+    model = GNNModel(hidden=32, layers=2, epochs=200, lr=1e-2, batch_size=12).fit(graphs, Y)
     pred = model.predict(graphs)
     assert pred.shape == (len(graphs),) and np.all(pred > 0)
     ape = np.abs(pred - Y) / Y
