@@ -86,7 +86,12 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(factories)}")
 
-    results = []
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
+          f"python {platform.python_version()}, {platform.platform()}")
+    print(f"training rows {len(X)} x {X.shape[1]} features ({ok['hardware'].nunique()} simulated GPUs); "
+          f"median of {args.repeats} repeats (predict: >= {args.min_time} s each)")
+    print(f"{'model':<10}{'fit s':>9}" + "".join(f"{f'ms/call b={b}':>18}{f'rows/s b={b}':>18}" for b in args.batches),
+          flush=True)
     for name in args.models:
         fits = []
         for _ in range(args.repeats):
@@ -95,17 +100,8 @@ def main() -> None:
             model.fit(X, y)
             fits.append(time.perf_counter() - t0)
         per_batch = {b: timed(lambda f=frame: model.predict(f), args.min_time, args.repeats) for b, frame in frames.items()}
-        results.append((name, statistics.median(fits), per_batch))
-
-    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
-          f"python {platform.python_version()}, {platform.platform()}")
-    print(f"training rows {len(X)} x {X.shape[1]} features ({ok['hardware'].nunique()} simulated GPUs); "
-          f"median of {args.repeats} repeats (predict: >= {args.min_time} s each)")
-    header = f"{'model':<10}{'fit s':>9}" + "".join(f"{f'ms/call b={b}':>18}{f'rows/s b={b}':>18}" for b in args.batches)
-    print(header)
-    for name, fit_s, per_batch in results:
-        print(f"{name:<10}{fit_s:>9.2f}" + "".join(f"{s * 1e3:>18.3f}{b / s:>18.0f}" for b, s in per_batch.items()))
-
+        print(f"{name:<10}{statistics.median(fits):>9.2f}"
+              + "".join(f"{s * 1e3:>18.3f}{b / s:>18.0f}" for b, s in per_batch.items()), flush=True)
 
 if __name__ == "__main__":
     main()
