@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import hydra
+import mlflow
 import numpy as np
 import pandas as pd
 from hydra.utils import instantiate
@@ -107,6 +108,7 @@ def run(cfg: DictConfig) -> dict:
             test_frame=test_frame, target=target, registry=registry, input_example=input_example,
             dataset=rows, dataset_source=str(dataset_path), dataset_digest=digest, fit_seconds=fit_s,
             interval={"level": level, "log_halfwidth": q, "by_hardware": q_hw, "n": float(len(cal))}, split=split_id)
+        _tag_sweep_trial(name)
         results[name] = {"metrics": metrics, "model_uri": model_uri, "fit_seconds": fit_s, "log_halfwidth": q,
                          "test_frame": test_frame}
         log.info("%s: held-out MAPE %.1f%%, %s %.2f", name, metrics["all"]["mape"], cov_key, metrics["all"][cov_key])
@@ -126,6 +128,22 @@ def run(cfg: DictConfig) -> dict:
             "decision": decision.reason, "tracking_uri": uri,
             "dataset": str(dataset_path), "dataset_sha256": digest, "wall_seconds": wall,
             "hardware": registry.ids}
+
+
+def _tag_sweep_trial(name: str) -> None:
+    """In a Hydra multirun (e.g. ``-m hparams_search=xgb_optuna``), tag the model's just-ended MLflow run with
+    the trial number, the sweep folder and the trial's overrides, and name it ``<model>-trial<N>``."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return
+    hc, run = HydraConfig.get(), mlflow.last_active_run()
+    tags = {"sweep_trial": str(hc.job.num), "sweep_dir": str(hc.sweep.dir),
+            "sweep_overrides": " ".join(hc.overrides.task)[:5000], "mlflow.runName": f"{name}-trial{hc.job.num}"}
+    client = mlflow.MlflowClient()
+    for key, value in tags.items():
+        client.set_tag(run.info.run_id, key, value)
 
 
 def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: tracking.Decision, wall: float) -> None:

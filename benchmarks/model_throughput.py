@@ -1,0 +1,107 @@
+"""Training time and prediction throughput per cost model (rows/s at batch 1 and at batch 100k).
+
+    .venv/bin/python benchmarks/model_throughput.py [--models rf xgb roofline residual] [--repeats 3]
+        [--batches 1 100000] [--min-time 0.5]
+
+Data: the main job's default shape sweep (conf/collect/default.yaml) simulated on the configured GPUs by
+the ``sim-roofline`` backend (no CPU timing, so it is quick and the same on every machine), encoded once
+by ``features.tabular.TabularFeaturizer``; target ``runtime_ms``. The 100k-row prediction frame is the
+training rows resampled with replacement (seeded) and is featurized ONCE, outside the timing: the
+figures are the model's ``predict`` on a ready feature frame, not featurization or MLflow serving
+(``benchmarks/predict_throughput.py`` measures the served pyfunc).
+
+Models: every model in conf/model (rf, xgb, roofline, with their configured hyper-parameters) plus
+``residual`` = ``models.power.ResidualModel`` over the ``roofline_ms`` column (XGBoost on
+log(actual / roofline)). ``models.classify.BoundedLog1pModel`` (FPGA resources) needs wa-hls4ml
+features and is not timed here.
+
+Timing: training = median over ``--repeats`` fits of wall time. Prediction: per repeat a batch is
+predicted until ``--min-time`` seconds have passed; time per call = wall time / calls; printed is the
+median over repeats and rows/s = batch / that median. ``n_jobs=-1`` models use every core: the machine
+line says how many there are.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.utils import instantiate  # noqa: E402
+
+from data.collect import collect_from_config  # noqa: E402
+from data.hardware import HardwareRegistry  # noqa: E402
+from features.tabular import TabularFeaturizer  # noqa: E402
+from models.power import ResidualModel  # noqa: E402
+
+
+def timed(call, min_time: float, repeats: int) -> float:
+    """Median over ``repeats`` of the wall time per call (each repeat runs for at least ``min_time`` s)."""
+    call()  # warm-up
+    per_call = []
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            call()
+            n += 1
+            if (elapsed := time.perf_counter() - t0) >= min_time:
+                break
+        per_call.append(elapsed / n)
+    return statistics.median(per_call)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["rf", "xgb", "roofline", "residual"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 100_000])
+    ap.add_argument("--overrides", nargs="*", default=[], help="Hydra overrides of conf/run.yaml, e.g. model.rf.n_estimators=100")
+    args = ap.parse_args()
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("run", overrides=["collect.cpu.enabled=false", "progress=false", "model=[rf,xgb,roofline]",
+                                        *args.overrides])
+    registry = HardwareRegistry.from_dir()
+    rows, _ = collect_from_config(cfg.collect, registry, progress=False)
+    ok = rows[rows["status"] == "ok"].reset_index(drop=True)
+    featurizer = TabularFeaturizer(registry)
+    X, y = featurizer.transform(ok), ok["runtime_ms"].to_numpy(float)
+    big = ok.sample(n=max(args.batches), replace=True, random_state=0).reset_index(drop=True)
+    X_big = featurizer.transform(big)  # built once, outside every timing
+    frames = {b: X_big.iloc[:b] for b in args.batches}
+
+    factories = {name: (lambda c=cfg.model[name]: instantiate(c)) for name in cfg.model}
+    factories["residual"] = lambda: ResidualModel(base_column="roofline_ms", random_state=int(cfg.seed))
+    unknown = [m for m in args.models if m not in factories]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(factories)}")
+
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
+          f"python {platform.python_version()}, {platform.platform()}")
+    print(f"training rows {len(X)} x {X.shape[1]} features ({ok['hardware'].nunique()} simulated GPUs); "
+          f"median of {args.repeats} repeats (predict: >= {args.min_time} s each)")
+    print(f"{'model':<10}{'fit s':>9}" + "".join(f"{f'ms/call b={b}':>18}{f'rows/s b={b}':>18}" for b in args.batches),
+          flush=True)
+    for name in args.models:
+        fits = []
+        for _ in range(args.repeats):
+            model = factories[name]()
+            t0 = time.perf_counter()
+            model.fit(X, y)
+            fits.append(time.perf_counter() - t0)
+        per_batch = {b: timed(lambda f=frame: model.predict(f), args.min_time, args.repeats) for b, frame in frames.items()}
+        print(f"{name:<10}{statistics.median(fits):>9.2f}"
+              + "".join(f"{s * 1e3:>18.3f}{b / s:>18.0f}" for b, s in per_batch.items()), flush=True)
+
+if __name__ == "__main__":
+    main()
