@@ -68,14 +68,17 @@ def load_model(path: str | Path) -> CostModel:
     return cls.load(path)
 
 
+def check_targets(y, n: int) -> np.ndarray:
+    """Targets as a float array of ``n`` finite positive values (every model fits them in log space)."""
+    y = np.asarray(y, dtype=float)
+    if y.shape != (n,):
+        raise ValueError(f"y has shape {y.shape}, expected ({n},)")
+    if not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("targets must be finite and > 0 (they are fitted in log space)")
+    return y
+
+
 def check_xy(X: pd.DataFrame, y: np.ndarray | None = None) -> tuple[pd.DataFrame, np.ndarray | None]:
     if not isinstance(X, pd.DataFrame):
         raise TypeError(f"X must be a feature DataFrame, got {type(X).__name__}")
-    if y is None:
-        return X, None
-    y = np.asarray(y, dtype=float)
-    if y.shape != (len(X),):
-        raise ValueError(f"y has shape {y.shape}, expected ({len(X)},)")
-    if not np.all(np.isfinite(y)) or np.any(y <= 0):
-        raise ValueError("targets must be finite and > 0 (they are fitted in log space)")
-    return X, y
+    return X, (None if y is None else check_targets(y, len(X)))

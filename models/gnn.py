@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import CostModel
+from models.base import CostModel, check_targets
 
 
 def _check_graphs(X, y=None):
@@ -34,14 +34,7 @@ def _check_graphs(X, y=None):
         raise TypeError("X must be a list of torch_geometric Data graphs (features.encoders.GraphEncoder)")
     if any(g.num_nodes == 0 for g in X):
         raise ValueError("X holds a graph with no nodes")
-    if y is None:
-        return X, None
-    y = np.asarray(y, dtype=float)
-    if y.shape != (len(X),):
-        raise ValueError(f"y has shape {y.shape}, expected ({len(X)},)")
-    if not np.all(np.isfinite(y)) or np.any(y <= 0):
-        raise ValueError("targets must be finite and > 0 (they are fitted in log space)")
-    return X, y
+    return X, (None if y is None else check_targets(y, len(X)))
 
 
 def _net(n_node: int, n_hw: int, hidden: int, layers: int):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import CostModel
+from models.base import CostModel, check_targets
 from models.gnn import trainer
 
 
@@ -105,9 +105,7 @@ class TransformerModel(CostModel):
         from torch.utils.data import DataLoader
 
         seqs = _ids(X)
-        y = np.asarray(y, dtype=float)
-        if y.shape != (len(seqs),) or not np.all(np.isfinite(y)) or np.any(y <= 0):
-            raise ValueError(f"y must be {len(seqs)} finite runtimes > 0")
+        y = check_targets(y, len(seqs))
         net = self._build()
         with torch.no_grad():
             net.out.bias.fill_(float(np.mean(np.log(y))))
