@@ -42,21 +42,7 @@ from data.collect import collect_from_config  # noqa: E402
 from data.hardware import HardwareRegistry  # noqa: E402
 from features.tabular import TabularFeaturizer  # noqa: E402
 from models.power import ResidualModel  # noqa: E402
-
-
-def timed(call, min_time: float, repeats: int) -> float:
-    """Median over ``repeats`` of the wall time per call (each repeat runs for at least ``min_time`` s)."""
-    call()  # warm-up
-    per_call = []
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            call()
-            n += 1
-            if (elapsed := time.perf_counter() - t0) >= min_time:
-                break
-        per_call.append(elapsed / n)
-    return statistics.median(per_call)
+from timing import timed  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 
 def main() -> None:

@@ -18,9 +18,7 @@ import argparse
 import http.client
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from models.api import load_cost_model  # noqa: E402
 from tests.servers import serve_model  # noqa: E402
+from timing import timed  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 HARDWARE = ["T4", "A100-PCIe-40GB", "H100-SXM", "L4", "V100-PCIe-32GB"]
 
@@ -54,21 +53,6 @@ def workloads(n: int, seed: int = 0) -> pd.DataFrame:
             row |= {"m": p2(4, 13), "n": p2(4, 13)}
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def timed(call, min_time: float, repeats: int) -> float:
-    """Median over ``repeats`` of the wall time per call (each repeat runs for at least ``min_time`` s)."""
-    call()  # warm-up
-    per_call = []
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            call()
-            n += 1
-            if (elapsed := time.perf_counter() - t0) >= min_time:
-                break
-        per_call.append(elapsed / n)
-    return statistics.median(per_call)
 
 
 def main() -> None:
