@@ -68,13 +68,31 @@ def load_model(path: str | Path) -> CostModel:
     return cls.load(path)
 
 
-def check_targets(y, n: int) -> np.ndarray:
-    """Targets as a float array of ``n`` finite positive values (every model fits them in log space)."""
+TRANSFORMS = ("log", "log1p")
+
+
+def check_targets(y, n: int, n_targets: int | None = None, transforms=None) -> np.ndarray:
+    """Targets as a float array of ``n`` finite values: shape ``(n,)``, or ``(n, n_targets)`` for multi-target models.
+
+    A ``log`` target (the default; every model fits log(y)) must be > 0; a ``log1p`` target (zero-heavy counts such
+    as FPGA DSP / BRAM) must be >= 0. ``transforms`` is one name per target column (a scalar name applies to all).
+    """
     y = np.asarray(y, dtype=float)
-    if y.shape != (n,):
-        raise ValueError(f"y has shape {y.shape}, expected ({n},)")
-    if not np.all(np.isfinite(y)) or np.any(y <= 0):
-        raise ValueError("targets must be finite and > 0 (they are fitted in log space)")
+    want = (n,) if n_targets is None else (n, n_targets)
+    if y.shape != want:
+        raise ValueError(f"y has shape {y.shape}, expected {want}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("targets must be finite")
+    cols = y.reshape(len(y), -1)
+    names = [transforms or "log"] * cols.shape[1] if transforms is None or isinstance(transforms, str) \
+        else list(transforms)
+    for j, t in enumerate(names):
+        if t not in TRANSFORMS:
+            raise ValueError(f"unknown target transform {t!r} (log, log1p)")
+        if t == "log" and np.any(cols[:, j] <= 0):
+            raise ValueError("targets must be finite and > 0 (they are fitted in log space)")
+        if t == "log1p" and np.any(cols[:, j] < 0):
+            raise ValueError("log1p targets must be finite and >= 0")
     return y
 
 

@@ -19,22 +19,42 @@ One half-width for all rows gives *marginal* coverage: rows that are easy to pre
 GPUs) are over-covered and noisy ones (real CPU timings) under-covered. So ``q`` is also calibrated per
 hardware id (group-conditional, "Mondrian" conformal: Vovk et al. 2005, ch. 4), for every hardware with
 at least :func:`min_rows` calibration rows; others (e.g. a GPU known only by its spec) use the global ``q``.
+
+**Several targets, other transforms** (:func:`calibrate_targets`, :class:`Calibrated`): each target gets its own
+``q_j`` from the same fold, scored in the space its model fits (``models.tree``): ``log`` as above, ``log1p``
+for zero-heavy counts (s = |log1p(y) - log1p(yhat)|; interval = expm1(log1p(yhat) -+ q), where a log-space
+score is undefined at y = 0). Interval ends are clipped to the target's physical bounds [lower, upper] (a
+clipped end can only gain coverage: the truth lies inside the bounds).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+
+FORWARD = {"log": np.log, "log1p": np.log1p}
+INVERSE = {"log": np.exp, "log1p": np.expm1}
 
 
-def calibrate(y_true, y_pred, level: float = 0.9) -> float:
-    """Half-width ``q`` of the log-space interval from calibration-fold targets and predictions."""
+def scores_of(y_true, y_pred, transform: str = "log") -> np.ndarray:
+    """Nonconformity scores |T(y) - T(yhat)| for ``T`` = log (predictions floored at 1e-12) or log1p (at 0)."""
+    if transform not in FORWARD:
+        raise ValueError(f"unknown interval transform {transform!r} (log, log1p)")
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    floor = 1e-12 if transform == "log" else 0.0
+    return np.abs(FORWARD[transform](y_true) - FORWARD[transform](np.maximum(y_pred, floor)))
+
+
+def calibrate(y_true, y_pred, level: float = 0.9, transform: str = "log") -> float:
+    """Half-width ``q`` of the ``transform``-space interval from calibration-fold targets and predictions."""
     if not 0 < level < 1:
         raise ValueError(f"interval level must be in (0, 1), got {level}")
     y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
     if len(y_true) == 0:
         raise ValueError("calibration needs at least one row")
-    scores = np.abs(np.log(y_true) - np.log(np.maximum(y_pred, 1e-12)))
+    scores = scores_of(y_true, y_pred, transform)
     k = min(len(scores), math.ceil((len(scores) + 1) * level - 1e-9))  # tolerance: (n+1)*0.9 in floats
     return float(np.sort(scores)[k - 1])
 
@@ -76,3 +96,74 @@ def coverage_by_hardware(hardware, y_true, lo, hi) -> dict[str, float]:
         m = hardware == hw
         out[hw] = coverage(y_true[m], lo[m], hi[m])
     return out
+
+
+def bounded_interval(y_pred, q, transform: str = "log", lower=None, upper=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` = inverse(T(yhat) -+ q) clipped to ``[lower, upper]`` (None = unbounded)."""
+    y_pred, q = np.asarray(y_pred, float), np.asarray(q, float)
+    if transform == "log":
+        lo, hi = interval(y_pred, q)
+    else:
+        z = FORWARD[transform](np.maximum(y_pred, 0.0))
+        lo, hi = INVERSE[transform](z - q), INVERSE[transform](z + q)
+    lo_b, hi_b = (-np.inf if lower is None else lower), (np.inf if upper is None else upper)
+    return np.clip(lo, lo_b, hi_b), np.clip(hi, lo_b, hi_b)
+
+
+def calibrate_targets(Y_true, Y_pred, transforms, level: float = 0.9) -> np.ndarray:
+    """One half-width per target column of ``[n, T]`` arrays, each in its own transform's space."""
+    Y_true, Y_pred = np.asarray(Y_true, float), np.asarray(Y_pred, float)
+    return np.array([calibrate(Y_true[:, j], Y_pred[:, j], level, t) for j, t in enumerate(transforms)])
+
+
+@dataclass
+class Calibrated:
+    """A fitted :class:`~models.base.CostModel` (one or several targets) with split-conformal half-widths per target.
+
+    Built by :func:`fit_calibrated`; ``predict_interval(X)`` returns ``(pred, lo, hi)``, each shaped like ``predict``.
+    """
+    model: object
+    q: np.ndarray            # one half-width per target
+    transforms: list[str]
+    lower: list
+    upper: list
+    level: float
+    n_calibration: int
+
+    def predict_interval(self, X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pred = np.asarray(self.model.predict(X), float)
+        P = pred.reshape(len(pred), -1)
+        ends = [bounded_interval(P[:, j], self.q[j], t, lo, hi)
+                for j, (t, lo, hi) in enumerate(zip(self.transforms, self.lower, self.upper))]
+        lo, hi = np.column_stack([e[0] for e in ends]), np.column_stack([e[1] for e in ends])
+        return (pred, lo, hi) if pred.ndim == 2 else (pred, lo[:, 0], hi[:, 0])
+
+    def coverage(self, X, y) -> np.ndarray:
+        """Empirical coverage of the nominal ``level`` interval per target on rows ``(X, y)``."""
+        _, lo, hi = self.predict_interval(X)
+        Y, lo, hi = (np.asarray(a, float).reshape(len(X), -1) for a in (y, lo, hi))
+        return np.array([coverage(Y[:, j], lo[:, j], hi[:, j]) for j in range(Y.shape[1])])
+
+
+def fit_calibrated(model, X: pd.DataFrame, y, groups, calibration_size: float = 0.2, level: float = 0.9,
+                   seed: int = 0) -> Calibrated:
+    """Split conformal on a grouped calibration fold carved from the training rows ``(X, y)``.
+
+    A seeded ``calibration_size`` of the distinct ``groups`` (e.g. layer shapes, shape ids) is held back; ``model``
+    is fitted on the other rows and calibrated per target on the held-back ones, so no group is on both sides.
+    Transforms and bounds per target are read from the model's ``transform`` / ``lower`` / ``upper`` settings
+    (``models.tree``; models without them: log, unbounded).
+    """
+    from models.splits import held_out_groups
+    from models.tree import per_target
+
+    y = np.asarray(y, float)
+    fit_pos, cal_pos = held_out_groups(np.asarray(groups), calibration_size, seed)
+    model.fit(X.iloc[fit_pos], y[fit_pos])
+    n_t = 1 if y.ndim == 1 else y.shape[1]
+    transforms = per_target(getattr(model, "transform", "log"), n_t, "transform")
+    lower = per_target(getattr(model, "lower", None), n_t, "lower")
+    upper = per_target(getattr(model, "upper", None), n_t, "upper")
+    P = np.asarray(model.predict(X.iloc[cal_pos]), float).reshape(len(cal_pos), -1)
+    q = calibrate_targets(y[cal_pos].reshape(len(cal_pos), -1), P, transforms, level)
+    return Calibrated(model, q, transforms, lower, upper, level, len(cal_pos))

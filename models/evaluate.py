@@ -72,9 +72,14 @@ def ranking_metrics(y_true, y_pred, ks=(1, 5, 10)) -> dict[str, float]:
 
 
 def resource_metrics(y_true, y_pred) -> dict[str, float]:
-    """Metrics for non-negative, zero-heavy targets (FPGA resources): R^2 raw and on log1p, SMAPE, MAE."""
+    """Metrics for non-negative, zero-heavy targets (FPGA resources): R^2 raw and on log1p, SMAPE, MAE, and MAPE
+    over the rows with y > 0 only (``n_mape`` of them; a percentage of 0 is undefined)."""
     y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
     out = {"n": float(len(y_true)), "smape": smape(y_true, y_pred), "mae": float(np.mean(np.abs(y_pred - y_true)))}
+    pos = y_true > 0
+    out["n_mape"] = float(pos.sum())
+    if pos.any():
+        out["mape"] = float(np.mean(np.abs(y_pred[pos] - y_true[pos]) / y_true[pos]) * 100)
     if len(y_true) >= 2:
         out["r2"] = float(r2_score(y_true, y_pred))
         out["r2_log1p"] = float(r2_score(np.log1p(y_true), np.log1p(np.maximum(y_pred, 0))))

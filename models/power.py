@@ -22,7 +22,10 @@ Models (all read the columns of ``features.tabular.PowerFeaturizer``):
   trees on absolute watts would give a 72 W L4 the H200's 600 W; a fraction of the board limit transfers.
 * :class:`ResidualModel`: XGBoost on ``log(actual / analytical)``; prediction = analytical x exp(.).
 
-:class:`PowerSurrogate` pairs one runtime model with one power model and bounds the predicted power to
+:class:`PowerSurrogate` pairs one runtime model with one power model (per-target), or holds ONE multi-target model
+that predicts both (``joint``: :func:`make_joint_model`, ``models.tree`` with ``targets=[runtime_ms, power_w]``
+and the same per-target base columns as the per-target kinds: log(runtime), log(power / TDP) for ``xgb``,
+log(y / analytical y) for ``residual``); either way it bounds the predicted power to
 ``[idle_power_w, power_cap * tdp_w]`` of the row's spec (``power_cap`` = 1.12: the highest average in the
 H200 file, 778 W, over its 700 W limit, seen under throttling). Board power management holds the average
 near the limit, so a multiplicative correction learned on one GPU must not carry another GPU past it; the
@@ -101,23 +104,48 @@ def make_model(kind: str, target: str, **params) -> CostModel:
     raise ValueError(f"unknown power model kind {kind!r} (analytical, xgb, residual)")
 
 
-class PowerSurrogate:
-    """One runtime model + one power model; ``predict`` returns runtime_ms, power_w and the derived energy_j."""
+JOINT_BASES = {"xgb": (None, "hw_tdp_w"), "residual": (ANALYTICAL_COLUMN["runtime_ms"], ANALYTICAL_COLUMN["power_w"]),
+               "hybrid": (ANALYTICAL_COLUMN["runtime_ms"], "hw_tdp_w")}  # kind -> (runtime base, power base)
 
-    def __init__(self, name: str, runtime_model: CostModel, power_model: CostModel, power_cap: float = 1.12):
+
+def make_joint_model(kind: str, **params) -> CostModel:
+    """ONE XGBoost model for runtime_ms and power_w (native multi-output), with ``kind``'s per-target base columns."""
+    if kind not in JOINT_BASES:
+        raise ValueError(f"no joint model for power model kind {kind!r} ({', '.join(JOINT_BASES)})")
+    return XGBoostModel(targets=list(TARGETS), base_columns=list(JOINT_BASES[kind]), **params)
+
+
+class PowerSurrogate:
+    """Runtime + power models (or one ``joint`` model of both); ``predict`` returns runtime_ms, power_w, energy_j."""
+
+    def __init__(self, name: str, runtime_model: CostModel | None = None, power_model: CostModel | None = None,
+                 power_cap: float = 1.12, joint: CostModel | None = None):
+        if (joint is None) == (runtime_model is None or power_model is None):
+            raise ValueError("PowerSurrogate needs either runtime_model and power_model, or one joint model")
         self.name = name
-        self.models = {"runtime_ms": runtime_model, "power_w": power_model}
+        self.models = {"joint": joint} if joint is not None else {"runtime_ms": runtime_model, "power_w": power_model}
         self.power_cap = float(power_cap)
         self.last_bounded = 0
 
+    @property
+    def joint(self) -> bool:
+        return "joint" in self.models
+
     def fit(self, X: pd.DataFrame, rows: pd.DataFrame) -> "PowerSurrogate":
-        for target, model in self.models.items():
-            model.fit(X, rows[target].to_numpy(float))
+        if self.joint:
+            self.models["joint"].fit(X, rows[list(TARGETS)].to_numpy(float))
+        else:
+            for target, model in self.models.items():
+                model.fit(X, rows[target].to_numpy(float))
         return self
 
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
-        runtime = np.asarray(self.models["runtime_ms"].predict(X), float)
-        raw = np.asarray(self.models["power_w"].predict(X), float)
+        if self.joint:
+            both = np.asarray(self.models["joint"].predict(X), float)
+            runtime, raw = both[:, 0], both[:, 1]
+        else:
+            runtime = np.asarray(self.models["runtime_ms"].predict(X), float)
+            raw = np.asarray(self.models["power_w"].predict(X), float)
         power = np.clip(raw, X["hw_idle_power_w"].to_numpy(float), self.power_cap * X["hw_tdp_w"].to_numpy(float))
         self.last_bounded = int(np.sum(power != raw))
         return pd.DataFrame({"runtime_ms": runtime, "power_w": power, DERIVED: derive_energy_j(power, runtime)})
@@ -125,9 +153,10 @@ class PowerSurrogate:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        for target, model in self.models.items():
-            model.save(path / target)
+        for key, model in self.models.items():
+            model.save(path / key)
         (path / "surrogate.json").write_text(json.dumps({"name": self.name, "targets": list(TARGETS), "power_cap": self.power_cap,
+                                                         "joint": self.joint,
                                                          "derived": {DERIVED: "power_w * runtime_ms / 1000"}}))
         return path
 
@@ -135,6 +164,8 @@ class PowerSurrogate:
     def load(cls, path: str | Path) -> "PowerSurrogate":
         path = Path(path)
         meta = json.loads((path / "surrogate.json").read_text())
+        if meta.get("joint"):
+            return cls(meta["name"], power_cap=meta["power_cap"], joint=load_model(path / "joint"))
         return cls(meta["name"], load_model(path / "runtime_ms"), load_model(path / "power_w"), meta["power_cap"])
 
 

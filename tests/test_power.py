@@ -19,7 +19,7 @@ from models.evaluate import regression_metrics
 from models.power import PowerSurrogate, make_model, network_totals
 from models.pyfunc import PowerPyfunc, save_power_artifacts
 from models.splits import grouped_kfold, held_out_shapes, leave_one_family_out
-from pipelines.power import TARGETS, _surrogate, noise_floor, out_of_fold
+from models.power_eval import TARGETS, make_surrogate, noise_floor, out_of_fold
 from tests.conftest import ROOT, SHARED, run_cli
 
 pytestmark = pytest.mark.skipif(not (SHARED / "hopper" / "h200_kernels.csv").exists(), reason="no shared H200 data")
@@ -38,7 +38,9 @@ def data(registry):
 @pytest.fixture(scope="module")
 def fitted(data):
     rows, X = data
-    return {k: _surrogate(k, CFG).fit(X, rows) for k in ("xgb", "residual")}
+    out = {k: make_surrogate(k, CFG).fit(X, rows) for k in ("xgb", "residual")}
+    out["xgb_joint"] = make_surrogate("xgb", OmegaConf.merge(CFG, {"multi_target": True})).fit(X, rows)
+    return out
 
 
 def test_power_features_keep_the_tabular_columns(data, registry):
@@ -94,8 +96,8 @@ def test_spec_only_gpu_predictions_are_finite_and_within_its_power_range(data, f
         assert np.isfinite(pred.to_numpy()).all()
         assert (pred["power_w"] >= spec.idle_power_w).all() and (pred["power_w"] <= 1.2 * spec.tdp_w).all(), name
     # the xgb power model learned a fraction of the board limit: its raw output stays in range without the bound
-    raw = fitted["xgb"].models["power_w"].predict(X)
-    assert (raw >= spec.idle_power_w).all() and (raw <= 1.2 * spec.tdp_w).all()
+    for raw in (fitted["xgb"].models["power_w"].predict(X), fitted["xgb_joint"].models["joint"].predict(X)[:, 1]):
+        assert (raw >= spec.idle_power_w).all() and (raw <= 1.2 * spec.tdp_w).all()
     # specs move the predictions: the same kernels on a 72 W card draw far less than on the 700 W H200
     h200 = fitted["residual"].predict(PowerFeaturizer(registry).transform(_spec_only_frame(rows, "H200-SXM")))
     assert pred["power_w"].median() < 0.3 * h200["power_w"].median()
@@ -115,6 +117,20 @@ def _pyfunc(model, registry, tmp_path, rows, X):
     py = PowerPyfunc()
     py.load_context(SimpleNamespace(artifacts=arts))
     return py
+
+
+def test_joint_model_is_one_model_and_serves_through_the_pyfunc(data, fitted, registry, tmp_path):
+    rows, X = data
+    joint = fitted["xgb_joint"]
+    assert list(joint.models) == ["joint"] and joint.models["joint"].targets == ["runtime_ms", "power_w"]
+    assert joint.models["joint"].base_columns == [None, "hw_tdp_w"]  # runtime in log, power as a fraction of TDP
+    pred = joint.predict(X)
+    assert np.median(np.abs(pred["power_w"] - rows["power_w"]) / rows["power_w"]) < 0.1  # in-sample: it learned
+    layers = pd.DataFrame([{"op": "matmul", "m": 2048, "n": 2048, "k": 2048, "dtype": "float16", "hardware": h}
+                           for h in ("H200-SXM", "L4")])
+    out = _pyfunc(joint, registry, tmp_path, rows, X).predict(None, layers)  # saved, reloaded, served
+    want = joint.predict(PowerFeaturizer(registry).transform(layers))
+    np.testing.assert_allclose(out[["runtime_ms", "power_w", "energy_j"]].to_numpy(), want.to_numpy(), rtol=1e-6)
 
 
 def test_network_power_is_energy_over_runtime(data, fitted, registry, tmp_path):
@@ -158,7 +174,7 @@ def test_mlir_row_costs_the_sum_of_its_kernels(data, fitted, registry, tmp_path)
 @pytest.mark.slow
 def test_entry_point_registers_and_cli_predicts_power(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipelines.power", "models=[analytical,residual]", "cv.folds=2",
-                           "xgb.n_estimators=100", f"paths.output_dir={tmp_path}"],
+                           "xgb.n_estimators=100", f"paths.output_dir={tmp_path}", f"data_root={SHARED}"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "noise floor" in proc.stdout and "registered 'residual' as costmodel-power" in proc.stdout

@@ -15,12 +15,11 @@ import pytest
 from data.importers.kerneltuner import import_kerneltuner
 from data.importers.neusight import import_neusight
 from data.importers.wa_hls4ml import import_wa_hls4ml
-from models.classify import BoundedLog1pModel
 from models.evaluate import ranking_metrics, smape, topk_slowdown, within_group_kendall
 from models.splits import (few_shot_transfer, held_out_layer_shapes, held_out_precision, held_out_shapes,
                            leave_one_group_out)
-from models.tree import RandomForestModel
-from pipelines.evaluate import fpga_features
+from models.public_eval import FPGA_TARGETS, fpga_bounds, fpga_features
+from models.tree import RandomForestModel, XGBoostModel
 from tests.conftest import ROOT, SHARED
 
 
@@ -112,24 +111,28 @@ def test_few_shot_transfer_split(registry):
 
 # --- bounded FPGA predictions -------------------------------------------------------------------------------
 
-def test_bounded_predictions_within_part(wa, registry):
+@pytest.mark.parametrize("cls", [RandomForestModel, XGBoostModel])
+def test_one_multi_target_model_bounded_within_part(wa, registry, cls):
     ok = wa[wa["status"] == "ok"].reset_index(drop=True)
-    X = fpga_features(ok)
+    X, Y = fpga_features(ok), ok[list(FPGA_TARGETS)].to_numpy(float)
+    lower, upper = fpga_bounds(registry, "xcvu13p")
     totals = registry.get("xcvu13p").extra["resources"]
-    for target in ("dsp", "bram_18k"):
-        y = ok[target].to_numpy(float)
-        model = BoundedLog1pModel(RandomForestModel(n_estimators=20, n_jobs=1), upper=totals[target])
-        model.fit(X, y)
-        # far outside the data: huge layers, tiny reuse -> the raw model may overshoot; the bound must hold
-        huge = X.assign(d_in=X["d_in"] * 1e4, d_out=X["d_out"] * 1e4, log2_weights=X["log2_weights"] + 30,
-                        log2_weight_bits=X["log2_weight_bits"] + 30, log2_mults_per_cycle=X["log2_mults_per_cycle"] + 30)
-        for frame in (X, huge):
-            p = model.predict(frame)
-            assert np.all(p >= 0) and np.all(p <= totals[target])
-        tiny = BoundedLog1pModel(RandomForestModel(n_estimators=10, n_jobs=1), upper=3.0).fit(X, y)
-        assert tiny.predict(X).max() <= 3.0 and (y > 3).any()  # the clip is active, not vacuous
-    with pytest.raises(ValueError):
-        BoundedLog1pModel(RandomForestModel(), upper=10).fit(X, -np.ones(len(X)))
+    assert upper[:4] == [totals[t] for t in ("lut", "ff", "dsp", "bram_18k")] and upper[4] == float("inf")
+    transforms = ["log", "log", "log1p", "log1p", "log1p"]
+    model = cls(n_estimators=20, n_jobs=1, targets=list(FPGA_TARGETS), transform=transforms, lower=lower, upper=upper)
+    model.fit(X, Y)
+    # far outside the data: huge layers, tiny reuse -> the raw model may overshoot; the bounds must hold
+    huge = X.assign(d_in=X["d_in"] * 1e4, d_out=X["d_out"] * 1e4, log2_weights=X["log2_weights"] + 30,
+                    log2_weight_bits=X["log2_weight_bits"] + 30, log2_mults_per_cycle=X["log2_mults_per_cycle"] + 30)
+    for frame in (X, huge):
+        p = model.predict(frame)
+        assert p.shape == (len(frame), 5) and np.all(p >= 0) and np.all(p <= np.array(upper))
+    dsp, zero = model.predict(X)[:, 2], Y[:, 2] == 0
+    assert np.median(dsp[zero]) < 0.1 * np.median(dsp[~zero])  # log1p keeps the DSP = 0 designs near 0
+    tiny = cls(n_estimators=10, n_jobs=1, targets=list(FPGA_TARGETS), transform=transforms, lower=0.0, upper=3.0)
+    assert tiny.fit(X, Y).predict(X).max() <= 3.0 and (Y > 3).any()  # the clip is active, not vacuous
+    with pytest.raises(ValueError, match=">= 0"):
+        cls(targets=list(FPGA_TARGETS), transform="log1p").fit(X, -np.ones((len(X), 5)))
 
 
 # --- the entry point, tiny ----------------------------------------------------------------------------------
@@ -168,4 +171,6 @@ def test_entry_point_tiny_all_datasets(tmp_path):
     clf = wa[wa["tags.model"] == "feasibility_rf"]
     assert len(clf) == 2 and (clf["metrics.test/all/balanced_accuracy"] > 0.5).all()
     assert wa.loc[wa["tags.model"] == "xgb", "metrics.test/dsp/r2"].notna().all()
+    for t in ("lut", "ff", "dsp", "bram_18k", "latency_cycles"):  # one multi-target model, an interval per target
+        assert wa.loc[wa["tags.model"] == "xgb", f"metrics.test/{t}/coverage90"].between(0, 1).all()
     assert "roofline: not applicable" in proc.stdout

@@ -1,0 +1,323 @@
+"""Evaluation protocols on the public datasets (NeuSight, Kernel Tuner, wa-hls4ml), independent of Hydra and MLflow.
+
+``pipelines/evaluate.py`` loads the rows, builds the model factories and calls one protocol; each protocol fits
+fresh models (``models[name](**overrides)`` returns an unfitted :class:`~models.base.CostModel`) on its splits and
+hands every (split, model) result to ``emit(split, model, metrics, rows, y, pred, seconds, extra=None,
+kind="runtime")``, which tracks it (MLflow there, a list in the tests).
+
+* **neusight**: features = workload shape + hardware spec sheet only (``features.tabular``; never the ``meta``
+  columns observed by running). Splits: leave-one-GPU-out over the measured GPUs (train on 4, test on the 5th,
+  rotate) and held-out shapes (grouped by ``shape_id``). Metrics: MAPE, MedAPE, SMAPE, R^2(log10), Kendall tau
+  within each (op, GPU) group. Then a model fitted on every measured GPU predicts the spec-only GPUs
+  (``ds.spec_only``): written to ``<out_dir>/public_eval/neusight_spec_only_predictions.csv``; no labels exist,
+  so no error is reported.
+* **kerneltuner**: features = the tunables of ``config`` (JSON, expanded to numeric columns) + the GPU's spec
+  features. Splits: ``per_gpu``: for each GPU a model on 80% of its configs, scored on the other 20%;
+  ``transfer10_with_others`` / ``transfer10_alone``: a target GPU gives 10% of its configs; train on them plus
+  every config of the other GPUs running the same kernel, or on the 10% alone; test on the other 90%.
+  Ranking metrics per GPU: Kendall tau, top-k slowdown (k = 1, 5, 10), with MAPE. Noise floor from the 32
+  repeats: median ``meta.runtime_cv`` and ``runtime_iqr_ms / runtime_ms`` per GPU.
+* **wa_hls4ml**: ONE multi-target model per (split, model) for lut, ff, dsp, bram_18k, latency_cycles
+  (``models.tree``: per-target transform, ``ds.transforms``: log for positive targets, log1p for zero-heavy ones;
+  predictions clipped to [0, the part's totals]); split-conformal 90% intervals per target calibrated on a
+  grouped fold of the training layer shapes (``models.conformal.fit_calibrated``), coverage reported per target;
+  a feasibility classifier on every row (ok vs failed synthesis). Splits: held-out layer shapes (groups
+  (d_in, d_out)) and held-out precision (train <= 10 bits, test 12-14). Roofline does not apply (no FPGA
+  analytical model here).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import accuracy_score, balanced_accuracy_score
+
+from data.hardware import HardwareRegistry
+from data.workloads import SHAPE_PARAMS
+from features.tabular import TabularFeaturizer
+from models.classify import FeasibilityClassifier
+from models.conformal import fit_calibrated
+from models.evaluate import ranking_metrics, regression_metrics, resource_metrics, smape, within_group_kendall
+from models.splits import (few_shot_transfer, held_out_groups, held_out_layer_shapes, held_out_precision,
+                           held_out_shapes, leave_one_group_out)
+
+DESCRIBE = ["op", "hardware", "dtype", *SHAPE_PARAMS]
+FPGA_TARGETS = ("lut", "ff", "dsp", "bram_18k", "latency_cycles")
+
+
+# --- features ---------------------------------------------------------------------------------------------
+
+def spec_features(rows: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFrame:
+    """``TabularFeaturizer`` features (shape + hardware spec), computed once per distinct description row."""
+    desc = rows[[c for c in DESCRIBE if c in rows.columns]].copy()
+    key = pd.util.hash_pandas_object(desc, index=False)  # 64-bit row hash (NaN-safe)
+    first = ~key.duplicated()
+    X_unique = TabularFeaturizer(registry).transform(desc[first.to_numpy()].reset_index(drop=True))
+    X_unique.index = key[first.to_numpy()].to_numpy()
+    return X_unique.loc[key.to_numpy()].reset_index(drop=True)
+
+
+def config_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ``config`` JSON column expanded to numeric ``cfg_<name>`` columns (strings -> category codes)."""
+    cfg = pd.DataFrame([json.loads(c) if isinstance(c, str) else {} for c in rows["config"]])
+    out = pd.DataFrame(index=range(len(rows)))
+    for col in sorted(cfg.columns):
+        values = pd.to_numeric(cfg[col], errors="coerce")
+        if values.isna().any():  # non-numeric tunable or strategy name: a stable category code
+            values = cfg[col].astype("category").cat.codes.astype(float)
+        out[f"cfg_{col}"] = values.to_numpy(float)
+    return out
+
+
+
+def fpga_features(rows: pd.DataFrame) -> pd.DataFrame:
+    """Layer (d_in = k, d_out = n), precision bits, reuse factor, strategy and derived products (log2)."""
+    cfg = config_frame(rows)
+    k, n = rows["k"].to_numpy(float), rows["n"].to_numpy(float)
+    bits, rf = cfg["cfg_precision_bits"].to_numpy(float), cfg["cfg_reuse_factor"].to_numpy(float)
+    strategy = np.array([json.loads(c)["strategy"] == "resource" for c in rows["config"]], float)
+    return pd.DataFrame({"d_in": k, "d_out": n, "precision_bits": bits, "reuse_factor": rf,
+                         "strategy_resource": strategy, "log2_weights": np.log2(k * n),
+                         "log2_weight_bits": np.log2(k * n * bits), "log2_mults_per_cycle": np.log2(k * n / rf),
+                         "log2_reuse_factor": np.log2(rf)})
+
+
+
+
+# --- NeuSight ---------------------------------------------------------------------------------------------
+
+def _neusight_metrics(ok: pd.DataFrame, y, pred) -> dict:
+    groups = ok["op"].to_numpy() + "@" + ok["hardware"].to_numpy()
+    out = {}
+    for scope, mask in [("all", np.ones(len(ok), bool))] + [(h, (ok["hardware"] == h).to_numpy())
+                                                            for h in sorted(ok["hardware"].unique())]:
+        m = regression_metrics(y[mask], pred[mask])
+        m["smape"] = smape(y[mask], pred[mask])
+        m["group_kendall_tau"] = within_group_kendall(groups[mask], y[mask], pred[mask])
+        out[scope] = m
+    return out
+
+
+def evaluate_neusight(ds, seed: int, rows, registry, models: dict, emit, out_dir) -> list[dict]:
+    """NeuSight protocol: leave-one-GPU-out, held-out shapes, then spec-only GPUs (predictions, no labels)."""
+    ok = rows[rows["status"] == "ok"]
+    n_all = len(ok)
+    if ds.sample_rows and len(ok) > ds.sample_rows:
+        ok = ok.sample(n=int(ds.sample_rows), random_state=seed)
+    ok = ok.reset_index(drop=True)
+    print(f"neusight: {len(ok)} of {n_all} ok rows (sample_rows={ds.sample_rows}), GPUs {sorted(ok['hardware'].unique())}")
+    X = spec_features(ok, registry)
+    y = ok["runtime_ms"].to_numpy(float)
+    results = []
+    tr_s, te_s = held_out_shapes(ok, test_size=ds.test_size, seed=seed)
+    for name, make in models.items():
+        # leave-one-GPU-out: each GPU's predictions come from the model that never saw that GPU
+        pred = np.full(len(ok), np.nan)
+        t0 = time.perf_counter()
+        for _, tr, te in leave_one_group_out(ok, "hardware"):
+            pred[te] = make().fit(X.iloc[tr], y[tr]).predict(X.iloc[te])
+        results.append(emit("leave_one_gpu_out", name, _neusight_metrics(ok, y, pred), ok, y, pred,
+                            time.perf_counter() - t0))
+        # held-out shapes: whole (op, shape) configurations held out on every GPU at once
+        t0 = time.perf_counter()
+        p = make().fit(X.iloc[tr_s], y[tr_s]).predict(X.iloc[te_s])
+        sub = ok.iloc[te_s].reset_index(drop=True)
+        results.append(emit("held_out_shapes", name, _neusight_metrics(sub, y[te_s], p), sub, y[te_s], p,
+                            time.perf_counter() - t0))
+    # spec-only GPUs: no rows exist, so these are predictions without labels
+    spec_only = [registry.resolve(h) for h in ds.spec_only]
+    shapes = ok.drop_duplicates("shape_id")[["op", "dtype", *SHAPE_PARAMS, "shape_id"]]
+    if ds.spec_only_max_shapes and len(shapes) > ds.spec_only_max_shapes:
+        shapes = shapes.sample(n=int(ds.spec_only_max_shapes), random_state=seed)
+    ref = registry.resolve(ds.spec_only_reference)
+    grid = pd.concat([shapes.assign(hardware=h) for h in [ref, *spec_only]], ignore_index=True)
+    Xg = spec_features(grid, registry)
+    for name, make in models.items():
+        model = make().fit(X, y)
+        grid[f"pred_runtime_ms_{name}"] = model.predict(Xg)
+    out_csv = Path(out_dir).resolve() / "public_eval" / "neusight_spec_only_predictions.csv"
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    keep = [c for c in ["op", "dtype", *SHAPE_PARAMS, "hardware"] if grid[c].notna().any()]
+    grid[keep + [c for c in grid.columns if c.startswith("pred_")]].to_csv(out_csv, index=False)
+    ratio = {}
+    base = grid[grid["hardware"] == ref].set_index("shape_id")
+    for h in spec_only:
+        g = grid[grid["hardware"] == h].set_index("shape_id")
+        for name in models:
+            ratio[f"{h}/{name}"] = float(np.median(g[f"pred_runtime_ms_{name}"] / base.loc[g.index, f"pred_runtime_ms_{name}"]))
+    print(f"spec-only GPUs {spec_only}: {len(grid)} predictions (no labels exist) -> {out_csv}")
+    print("  median predicted runtime relative to " + ref + ": "
+          + ", ".join(f"{k} {v:.2f}" for k, v in ratio.items()))
+    results.append({"dataset": "neusight", "split": "spec_only", "model": "*", "spec_only_ratio": ratio,
+                    "path": str(out_csv)})
+    return results
+
+
+
+def evaluate_kerneltuner(ds, seed: int, rows, registry, models: dict, emit, out_dir=None) -> list[dict]:
+    """Kernel Tuner protocol: per-GPU 80/20 and 10% few-shot transfer (with / without the other GPUs); ranking."""
+    ok = rows[rows["status"] == "ok"]
+    print(f"kerneltuner: {len(ok)} ok configs, {int((rows['status'] == 'error').sum())} failed (dropped)")
+    if ds.sample_per_hardware:
+        keep = [g.sample(n=min(len(g), int(ds.sample_per_hardware)), random_state=seed).index
+                for _, g in ok.groupby("hardware")]
+        ok = ok.loc[np.sort(np.concatenate(keep))]
+    ok = ok.reset_index(drop=True)
+    meta = pd.DataFrame([json.loads(m) for m in ok["meta"]])
+    noise = (pd.DataFrame({"hardware": ok["hardware"], "op": ok["op"], "cv": meta["runtime_cv"].astype(float),
+                           "iqr_rel": ok["runtime_iqr_ms"] / ok["runtime_ms"]})
+             .groupby(["op", "hardware"]).agg(configs=("cv", "size"), median_cv=("cv", "median"),
+                                               median_iqr_rel=("iqr_rel", "median")).reset_index())
+    print("noise floor from the 32 repeats (median over configs):")
+    print(noise.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    hw_cols = [c for c in spec_features(ok.head(1), registry).columns if c.startswith("hw_") or c.startswith("op_")]
+    F = spec_features(ok, registry)
+    y = ok["runtime_ms"].to_numpy(float)
+    results = []
+    if "roofline" in models:
+        print("roofline: not applicable to ranking configs (every config of a kernel has the same FLOPs and bytes, "
+              "so it predicts one runtime per GPU): skipped")
+    gpus = sorted(ok["hardware"].unique())
+    kernel_of = ok.groupby("hardware")["op"].first().to_dict()
+
+    def per_kernel_X(mask):  # one kernel's tunables (the other kernel's are absent) + the GPU spec features
+        return pd.concat([config_frame(ok[mask]).set_index(np.flatnonzero(mask)), F.loc[mask, hw_cols]], axis=1)
+
+    for name, make in models.items():
+        if name == "roofline":
+            continue
+        for split in ("per_gpu", "transfer10_with_others", "transfer10_alone"):
+            pred = np.full(len(ok), np.nan)
+            t0 = time.perf_counter()
+            for h in gpus:
+                kmask = (ok["op"] == kernel_of[h]).to_numpy()
+                Xk = per_kernel_X(kmask)
+                sub = ok[kmask]
+                local = np.flatnonzero(kmask)
+                if split == "per_gpu":
+                    hmask = (sub["hardware"] == h).to_numpy()
+                    idx = local[hmask]
+                    tr, te = held_out_groups(ok.loc[idx, "meta"].to_numpy(), ds.test_size, seed)
+                    train, test = idx[tr], idx[te]
+                else:
+                    support, other, test = few_shot_transfer(ok, h, ds.transfer_fraction, seed, within="op")
+                    train = np.concatenate([support, other]) if split == "transfer10_with_others" else support
+                pred[test] = make().fit(Xk.loc[train], y[train]).predict(Xk.loc[test])
+            done = ~np.isnan(pred)
+            metrics = {}
+            for h in ["all", *gpus]:
+                m = done & ((ok["hardware"] == h).to_numpy() if h != "all" else True)
+                metrics[h] = regression_metrics(y[m], pred[m])
+                if h != "all":
+                    metrics[h].update(ranking_metrics(y[m], pred[m], tuple(ds.topk)))
+            per = [metrics[h] for h in gpus]
+            for key in ["kendall_tau", *(f"top{k}_slowdown" for k in ds.topk)]:
+                metrics["all"][f"mean_gpu_{key}"] = float(np.mean([m[key] for m in per]))
+            sub = ok[done].reset_index(drop=True)
+            results.append(emit(split, name, metrics, sub, y[done], pred[done], time.perf_counter() - t0,
+                                extra={"noise_floor.csv": noise}))
+    return results
+
+
+
+
+# --- wa-hls4ml --------------------------------------------------------------------------------------------
+
+def fpga_bounds(registry: HardwareRegistry, part: str, targets=FPGA_TARGETS) -> tuple[list[float], list[float]]:
+    """Per-target [lower, upper]: [0, the part's total] for a resource it lists (LUT, FF, DSP, BRAM_18K), [0, inf)
+    otherwise (latency)."""
+    totals = registry.get(part).extra["resources"]
+    return [0.0] * len(targets), [float(totals[t]) if t in totals else float("inf") for t in targets]
+
+
+def layer_shape_groups(rows: pd.DataFrame) -> np.ndarray:
+    """The (d_in, d_out) = (k, n) key of each row: the unit held out and carved for calibration."""
+    return (rows["k"].astype(int).astype(str) + "x" + rows["n"].astype(int).astype(str)).to_numpy()
+
+
+def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, emit, out_dir=None) -> list[dict]:
+    """wa-hls4ml protocol: feasibility classifier, then one multi-target model per (split, model) with intervals."""
+    rows = rows.reset_index(drop=True)
+    rows = rows.assign(precision_bits=[json.loads(c)["precision_bits"] for c in rows["config"]])
+    targets = list(FPGA_TARGETS)
+    transforms = [ds.transforms[t] for t in targets]
+    lower, upper = fpga_bounds(registry, ds.part, targets)
+    level = float(ds.interval.level)
+    X_all = fpga_features(rows)
+    ok_mask = (rows["status"] == "ok").to_numpy()
+    groups = layer_shape_groups(rows)
+    print(f"wa_hls4ml: {len(rows)} rows, {ok_mask.sum()} synthesised; one multi-target model for {targets} "
+          f"({dict(zip(targets, transforms))}), bounded to [0, {ds.part} totals {dict(zip(targets, upper))}]; "
+          f"{level:.0%} intervals calibrated on {ds.interval.calibration_size:.0%} of the training layer shapes")
+    splits = {"held_out_layer_shapes": held_out_layer_shapes(rows, ds.test_size, seed),
+              "held_out_precision": held_out_precision(rows, ds.train_max_bits, tuple(ds.test_bits))}
+    Y = rows[targets].to_numpy(float)
+    results = []
+    for split, (tr, te) in splits.items():
+        # feasibility on every row (failed syntheses included)
+        clf = FeasibilityClassifier(n_estimators=int(ds.feasibility_trees), random_state=seed).fit(X_all.iloc[tr], ok_mask[tr])
+        p_ok = clf.predict(X_all.iloc[te])
+        fm = {"all": {"n": float(len(te)), "accuracy": float(accuracy_score(ok_mask[te], p_ok)),
+                      "balanced_accuracy": float(balanced_accuracy_score(ok_mask[te], p_ok)),
+                      "test_ok_fraction": float(ok_mask[te].mean())}}
+        results.append(emit(split, "feasibility_rf", fm, rows.iloc[te].reset_index(drop=True),
+                            ok_mask[te].astype(float), p_ok.astype(float), 0.0, kind="classify"))
+        tr_ok, te_ok = tr[ok_mask[tr]], te[ok_mask[te]]
+        for name, make in models.items():
+            if name == "roofline":
+                print("roofline: not applicable to FPGA resources (no analytical model): skipped")
+                continue
+            t0 = time.perf_counter()
+            model = make(targets=targets, transform=transforms, lower=lower, upper=upper)
+            cal = fit_calibrated(model, X_all.iloc[tr_ok], Y[tr_ok], groups[tr_ok], float(ds.interval.calibration_size),
+                                 level, seed)
+            P, lo, hi = cal.predict_interval(X_all.iloc[te_ok])
+            cover = cal.coverage(X_all.iloc[te_ok], Y[te_ok])
+            metrics, frames = {}, []
+            for j, t in enumerate(targets):
+                metrics[t] = resource_metrics(Y[te_ok, j], P[:, j]) | {"coverage90": float(cover[j]),
+                                                                       "halfwidth": float(cal.q[j])}
+                frames.append(pd.DataFrame({"target": t, "y": Y[te_ok, j], "pred": P[:, j], "lo": lo[:, j], "hi": hi[:, j]}))
+            frame = pd.concat(frames, ignore_index=True)
+            metrics["all"] = {"n": float(len(te_ok)), "n_calibration": float(cal.n_calibration),
+                              "mean_smape": float(np.mean([metrics[t]["smape"] for t in targets])),
+                              "mean_coverage90": float(np.mean(cover))}
+            results.append(emit(split, name, metrics, frame.rename(columns={"target": "group"}), None, None,
+                                time.perf_counter() - t0, kind="resource"))
+    return results
+
+
+PROTOCOLS = {"neusight": evaluate_neusight, "kerneltuner": evaluate_kerneltuner, "wa_hls4ml": evaluate_wa_hls4ml}
+
+
+# --- summary ----------------------------------------------------------------------------------------------
+
+SUMMARY = {"neusight": ["n", "mape", "medape", "smape", "r2_log", "group_kendall_tau"],
+           "kerneltuner": ["n", "mape", "kendall_tau", "top1_slowdown", "top5_slowdown", "top10_slowdown"],
+           "resource": ["n", "r2", "r2_log1p", "smape", "mape", "coverage90"],
+           "classify": ["n", "accuracy", "balanced_accuracy", "test_ok_fraction"]}
+
+
+def summary_table(results: list[dict]) -> str:
+    """Markdown: one line per (split, model, scope)."""
+    lines = []
+    for r in results:
+        if "metrics" not in r:
+            continue
+        for scope, m in r["metrics"].items():
+            if r["dataset"] == "wa_hls4ml":
+                cols = SUMMARY["classify"] if r["model"].startswith("feasibility") else SUMMARY["resource"]
+                if scope == "all" and not r["model"].startswith("feasibility"):
+                    continue
+            elif r["dataset"] == "kerneltuner":
+                cols = SUMMARY["kerneltuner"] if scope != "all" else ["n", "mape", "mean_gpu_kendall_tau",
+                                                                      "mean_gpu_top1_slowdown", "mean_gpu_top5_slowdown",
+                                                                      "mean_gpu_top10_slowdown"]
+            else:
+                cols = SUMMARY["neusight"]
+            vals = ", ".join(f"{c}={m[c]:.4g}" for c in cols if c in m)
+            lines.append(f"| {r['split']} | {r['model']} | {scope} | {vals} |")
+    return "| split | model | scope | metrics |\n|---|---|---|---|\n" + "\n".join(lines)
