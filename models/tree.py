@@ -24,6 +24,7 @@ Per target ``j`` (lists, one entry per target; a scalar applies to every target)
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import joblib
@@ -40,7 +41,7 @@ INVERSE = {"log": np.exp, "log1p": np.expm1}
 
 def per_target(value, n: int, what: str) -> list:
     """A per-target setting as a list of ``n`` entries (a scalar or None repeats)."""
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, Sequence) and not isinstance(value, str):  # list, tuple, an OmegaConf ListConfig
         if len(value) != n:
             raise ValueError(f"{what} has {len(value)} entries for {n} targets")
         return list(value)

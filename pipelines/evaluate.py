@@ -90,7 +90,7 @@ def run(cfg: DictConfig) -> list[dict]:
     base_params = tracking.flat_params(cfg, ["dataset"]) | {"seed": str(cfg.seed), "dataset_sha256": dataset_hash(rows)}
     # the selected models with the dataset's hyper-parameter overrides (dataset.model_params)
     mcfgs = {m: OmegaConf.merge(c, (cfg.dataset.get("model_params") or {}).get(m) or {}) for m, c in cfg.model.items()}
-    models = {m: (lambda c=c, **kw: instantiate(c, **kw)) for m, c in mcfgs.items()}
+    models = {m: (lambda c=c, **kw: instantiate(c, _convert_="all", **kw)) for m, c in mcfgs.items()}
 
     def emit(split, model, metrics, frame_rows, y, pred, seconds, extra=None, kind="runtime"):
         if kind == "resource":
