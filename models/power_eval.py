@@ -214,7 +214,8 @@ def select_best(results: dict, key: str) -> str:
 
 
 def print_summary(results, best, floor_all, spec, cfg, uri, decision, wall) -> None:
-    t = Table(title="H200, unseen shapes (5-fold grouped by shape, out of fold): MedAPE / MAPE %")
+    fits = "one multi-target model per kind" if cfg.get("multi_target") else "one model per target"
+    t = Table(title=f"H200, unseen shapes ({cfg.cv.folds}-fold grouped by shape, out of fold; {fits}): MedAPE / MAPE %")
     for c in ("model", "runtime", "power", "energy (derived)", "unseen family: power MedAPE", "held-out cover90 P/E"):
         t.add_column(c, justify="left" if c == "model" else "right")
     for k, r in results.items():
