@@ -173,7 +173,7 @@ def test_champion_predicts_in_a_process_without_the_project(registered, api, mlp
 
 
 @pytest.mark.slow
-def test_cli_mlir_file_equals_api_and_bad_input_is_one_line(registered, api, mlp_mlir, tmp_path):
+def test_cli_mlir_file_equals_api_and_bad_input_is_one_line(registered, api, mlp_mlir, tmp_path, capsys):
     src = tmp_path / "net.mlir"
     src.write_text(mlp_mlir)
     proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--hardware", registered["cpu"],
@@ -186,11 +186,13 @@ def test_cli_mlir_file_equals_api_and_bad_input_is_one_line(registered, api, mlp
 
     bad = tmp_path / "bad.mlir"
     bad.write_text(mlp_mlir.replace("func.func", "func.func(", 1))
+    from pipelines.cli import main  # the same entry point in this process (a subprocess costs ~10 s here)
+
     for path, hw, msg in [(bad, registered["cpu"], "costmodel: error: row 0:"),
                           (src, "T4", "costmodel: error: row 0: hardware 'T4' is not among the hardware")]:
-        proc = run_cli("predict", "--model", MODEL, "--input", str(path), "--hardware", hw, "--tracking-uri", registered["uri"])
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(msg), proc.stderr
+        code = main(["predict", "--model", MODEL, "--input", str(path), "--hardware", hw, "--tracking-uri", registered["uri"]])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and err[0].startswith(msg), err
     with pytest.raises(ValueError, match=r"^row 0: unknown hardware 'H1000'"):
         api.predict({"mlir": mlp_mlir, "hardware": "H1000"})
 
