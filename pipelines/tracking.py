@@ -239,9 +239,6 @@ def list_versions(name: str | None = None) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- whole-network models (issue #8)
-NETWORK_REGISTRY_NAME = "costmodel-network-runtime"
-
-
 def calibration_fold(families, size: float, seed: int) -> np.ndarray:
     """Boolean mask of the calibration networks: ``round(size * n)`` of each family's ``n`` networks (at least
     one, and at least one left to fit on when the family has two or more), drawn with a seeded generator."""
@@ -337,7 +334,7 @@ def register_network_model(cfg: DictConfig, nets: pd.DataFrame, registry) -> Dec
         dataset=described, dataset_source="pipelines.networks", dataset_digest=digest, fit_seconds=fit_s,
         interval={"level": level, "log_halfwidth": q, "by_hardware": q_hw, "n": float(cal.sum())}, split=split,
         python_model=NetworkPyfunc(), model_signature=network_signature(target),
-        extra_meta={"encoder": encoding, "trained_hardware": sorted(set(hardware)),
+        extra_meta={"encoder": encoding, "trained_hardware": sorted(set(np.asarray(hardware)[fit])),
                     "heldout": "calibration fold: networks never seen in fit"})
     heldout = nets.loc[cal, ["mlir", "hardware", "dtype", target]].assign(**{f"pred_{target}": pred})
     return register(uri, reg.name, reg.alias, metrics["all"], split=split, heldout=heldout, target=target,
