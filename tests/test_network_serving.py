@@ -131,6 +131,13 @@ def test_registration_follows_the_champion_rule(registered, api):
     assert run.data.metrics["calibration/all/log_halfwidth"] == pytest.approx(
         calibrate(held["runtime_ms"], held["pred_runtime_ms"], 0.9))
     assert api.interval_level == 0.9 and api.meta["encoder"] in ("graph", "tokens")
+    mlflow.set_tracking_uri(registered["uri"])
+    info = mlflow.models.get_model_info(MODEL)
+    assert [c.name for c in info.signature.inputs.inputs] == ["mlir", "hardware", "dtype"]
+    assert [c.name for c in info.signature.outputs.inputs] == COLS and info.saved_input_example_info is not None
+    code = Path(mlflow.artifacts.download_artifacts(MODEL)) / "code"
+    assert {"data", "features", "models"} <= {p.name for p in code.iterdir()}
+    assert (code / "features" / "mlir_vocab.json").exists()  # the token vocabulary travels with the model
     assert api.meta["trained_hardware"] == [registered["cpu"]]
 
     proc = run_cli("models", "--tracking-uri", registered["uri"])
