@@ -141,7 +141,8 @@ NETWORK_ENCODERS = {"gnn": "graph", "token_transformer": "tokens"}  # model name
 
 def network_signature(target: str = "runtime_ms") -> ModelSignature:
     """A row is one whole network: its MLIR module text and the hardware it runs on (+ optional dtype)."""
-    inputs = Schema([ColSpec("string", "mlir"), ColSpec("string", "hardware"), ColSpec("string", "dtype", required=False)])
+    inputs = Schema([ColSpec("string", "mlir"), ColSpec("string", "hardware"),
+                     ColSpec("string", "dtype", required=False)])
     return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("double", c) for c in output_columns(target)]))
 
 

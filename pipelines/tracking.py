@@ -272,8 +272,8 @@ def register_network_model(cfg: DictConfig, nets: pd.DataFrame, registry) -> Dec
     and register it as ``cfg.register.name`` (default ``costmodel-network-runtime``); the alias moves only if it
     beats the champion on the same held-out networks (:func:`register`, the one champion rule).
 
-    ``nets``: measured network rows (``op``, ``shape_id``, ``hardware``, ``dtype``, ``runtime_ms``, ``mlir``, shapes), as
-    ``pipelines.networks.collect`` returns them. Reads ``cfg.register`` (model, name, alias, experiment,
+    ``nets``: measured network rows (``op``, ``shape_id``, ``hardware``, ``dtype``, ``runtime_ms``, ``mlir``,
+    shapes), as ``pipelines.networks.collect`` returns them. Reads ``cfg.register`` (model, name, alias, experiment,
     calibration_size, level, select_metric), the model's hyper-parameters (``cfg.gnn`` / ``cfg.transformer``,
     ``cfg.tiny_epochs`` when ``cfg.tiny``), ``cfg.seed`` and ``cfg.mlflow``.
 
@@ -316,8 +316,8 @@ def register_network_model(cfg: DictConfig, nets: pd.DataFrame, registry) -> Dec
         m = hw_cal == hw
         metrics[hw] = {**regression_metrics(y[cal][m], pred[m]), cov_key: loo_coverage(y[cal][m], pred[m], level)}
 
-    described = nets.drop(columns=["mlir"]).astype({c: str for c in nets.columns if nets[c].dtype == object and c != "mlir"})
-    digest = dataset_hash(nets.astype({c: str for c in nets.columns if nets[c].dtype == object}))
+    as_text = nets.astype({c: str for c in nets.columns if nets[c].dtype == object})  # json / dict columns
+    described, digest = as_text.drop(columns=["mlir"]), dataset_hash(as_text)
     shapes = [c for c in SHAPE_PARAMS if c in nets.columns]
     split = split_identity("networks-calibration", int(cfg.seed), float(reg.calibration_size), digest,
                            nets.loc[cal, "shape_id"])  # the held-out networks (op + shape)
