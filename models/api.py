@@ -5,6 +5,11 @@
     >>> cm.predict([{"op": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "float16", "hardware": "H100-SXM"}])
        runtime_ms  runtime_ms_lo  runtime_ms_hi
 
+Whole-network models load the same way; their rows are networks (``mlir`` module text + ``hardware``):
+
+    >>> net = load_cost_model("models:/costmodel-network-runtime@champion")
+    >>> net.predict({"mlir": open("net.mlir").read(), "hardware": "cpu-amd-epyc-1t"})
+
 A thin layer over ``mlflow.pyfunc.load_model`` (which gives the same numbers): it accepts records as
 well as a DataFrame and exposes the interval level. Bad workloads raise ``ValueError`` with the
 model's one-line message.

@@ -14,6 +14,8 @@ already imported these packages, e.g. the CLI or the main job, the imported copi
 Input: one row per workload with ``op``, ``hardware``, optional ``dtype`` (default float32) and the
 op's shape columns; or ``hardware`` + ``mlir`` (module text), costed as the sum of the kernels recognised
 in it. :func:`to_workloads` is the one place that turns a model input into workload descriptions.
+Whole-network models (GNN, token transformer; ``costmodel-network-runtime``) are served by
+:class:`NetworkPyfunc`: one row = one network's ``mlir`` + ``hardware`` (+ ``dtype``), predicted whole.
 Output: per target (e.g. ``runtime_ms``) the point prediction and its split-conformal interval
 ``runtime_ms_lo`` / ``runtime_ms_hi`` at the level stored in the meta (nominal 90%; the half-width
 calibrated for the row's hardware, else the global one; see ``models/conformal.py``).
@@ -100,23 +102,32 @@ def input_error(message: str) -> MlflowException:
 
 
 class CostModelPyfunc(mlflow.pyfunc.PythonModel):
+    """Tabular cost model: one workload description (or MLIR lowered to its kernels) per row.
+
+    Subclasses change only :meth:`encode` (input -> the model's ``X``); loading, the prediction, its
+    interval and the error handling are shared.
+    """
+
     def load_context(self, context):
         self.registry = HardwareRegistry.from_json(Path(context.artifacts["hardware"]).read_text())
         self.meta = json.loads(Path(context.artifacts["meta"]).read_text())
         self.featurizer = TabularFeaturizer(self.registry)
         self.model = load_model(context.artifacts["model"])
 
+    def encode(self, model_input) -> tuple[object, list[str], np.ndarray]:
+        """``(X, hardware id per X row, input row per X row)``; bad input raises ``FeatureError``."""
+        workloads, rows = to_workloads(model_input)
+        X = self.featurizer.transform(workloads)
+        return X, [self.registry.resolve(h) for h in workloads["hardware"]], rows  # transform resolved every name
+
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         try:
-            workloads, rows = to_workloads(model_input)
-            X = self.featurizer.transform(workloads)
-            X_hardware = workloads["hardware"]  # valid: transform resolved every name
+            X, hardware, rows = self.encode(model_input)
         except FeatureError as exc:
             raise input_error(str(exc)) from None
         target = self.meta["target"]
         pred = np.asarray(self.model.predict(X), dtype=np.float64)  # the signature's double
         spec = self.meta["interval"]
-        hardware = [self.registry.resolve(h) for h in X_hardware]
         lo, hi = interval(pred, halfwidths(hardware, spec["log_halfwidth"], spec.get("by_hardware", {})))
         out = pd.DataFrame(dict(zip(output_columns(target), (pred, lo, hi))))
         # one output row per input row: an MLIR module costs the sum of its kernels (run one after another;
@@ -124,19 +135,91 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
         return out.groupby(rows, sort=True).sum().reset_index(drop=True)
 
 
+# --- whole-network models (models/gnn.py, models/transformer.py): one MLIR module per row -----------------------
+NETWORK_ENCODERS = {"gnn": "graph", "token_transformer": "tokens"}  # model name -> features.encoders encoding
+
+
+def network_signature(target: str = "runtime_ms") -> ModelSignature:
+    """A row is one whole network: its MLIR module text and the hardware it runs on (+ optional dtype)."""
+    inputs = Schema([ColSpec("string", "mlir"), ColSpec("string", "hardware"),
+                     ColSpec("string", "dtype", required=False)])
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("double", c) for c in output_columns(target)]))
+
+
+class NetworkPyfunc(CostModelPyfunc):
+    """Serves a whole-network model (GNN over the MLIR op graph, or the token transformer).
+
+    Each row's ``mlir`` is encoded whole by the encoding the model was trained on (``meta.encoder``:
+    ``graph`` = ``GraphEncoder(registry).encode(mlir, hardware=, dtype=)``, ``tokens`` =
+    ``TokenEncoder().encode(mlir)``) and predicted as one network (not as a sum of kernels). Hardware
+    must be in the bundled registry *and* among the hardware the model was trained on
+    (``meta.trained_hardware``): these models learned from one machine's networks only (the token
+    transformer does not even see the hardware), so any other hardware is refused rather than guessed.
+    """
+
+    def encode(self, model_input) -> tuple[object, list[str], np.ndarray]:
+        X, hardware = encode_networks(model_input, self.registry, self.meta["encoder"],
+                                      self.meta.get("trained_hardware"))
+        return X, hardware, np.arange(len(X))
+
+
+def encode_networks(model_input, registry: HardwareRegistry, encoding: str,
+                    trained_hardware: list[str] | None = None) -> tuple[list, list[str]]:
+    """Rows of ``mlir`` + ``hardware`` (+ ``dtype``) -> (one encoded network per row, resolved hardware ids).
+
+    The one encoding path of whole networks, for training (``pipelines.tracking.register_network_model``)
+    and serving (:class:`NetworkPyfunc`). ``encoding``: ``graph`` or ``tokens``. With ``trained_hardware``,
+    other hardware is refused. Bad input raises ``FeatureError`` naming the row.
+    """
+    from data.workloads import DTYPES
+    from features.encoders import GraphEncoder, TokenEncoder
+
+    df = pd.DataFrame(model_input).reset_index(drop=True)
+    missing = [c for c in ("mlir", "hardware") if c not in df.columns]
+    if missing:
+        raise FeatureError(f"networks lack column(s) {', '.join(missing)} (give mlir module text + hardware)")
+    if df.empty:
+        raise FeatureError("no networks given")
+    if encoding not in ("graph", "tokens"):
+        raise FeatureError(f"unknown network encoding {encoding!r}; known: graph, tokens")
+    encoder = GraphEncoder(registry) if encoding == "graph" else TokenEncoder()
+    X, hardware = [], []
+    for i, row in enumerate(df.to_dict("records")):
+        where = f"row {i}"
+        text, dtype = row["mlir"], row.get("dtype")
+        dtype = dtype if isinstance(dtype, str) else "float32"
+        if not isinstance(text, str) or not text.strip():
+            raise FeatureError(f"{where}: empty mlir (give the network's MLIR module text)")
+        try:
+            hw = registry.resolve(row["hardware"])
+        except KeyError as exc:  # UnknownHardwareError: the registry's one line
+            raise FeatureError(f"{where}: {exc}") from None
+        if trained_hardware and hw not in trained_hardware:
+            raise FeatureError(f"{where}: hardware {hw!r} is not among the hardware this network model was "
+                               f"trained on ({', '.join(trained_hardware)})")
+        if dtype not in DTYPES:
+            raise FeatureError(f"{where}: unknown dtype {dtype!r}; known dtypes: {', '.join(DTYPES)}")
+        X.append(encoder.encode(text, hardware=hw, dtype=dtype, where=where) if encoding == "graph"
+                 else encoder.encode(text, where=where))
+        hardware.append(hw)
+    return X, hardware
+
+
 def save_artifacts(model: CostModel, registry: HardwareRegistry, target: str, directory: Path,
-                   log_halfwidth: float, level: float, by_hardware: dict[str, float] | None = None) -> dict[str, str]:
+                   log_halfwidth: float, level: float, by_hardware: dict[str, float] | None = None,
+                   extra_meta: dict | None = None) -> dict[str, str]:
     """Write what the pyfunc needs into ``directory``; returns the ``artifacts`` mapping for log_model.
 
     ``log_halfwidth`` is the split-conformal ``q`` (``models.conformal.calibrate``) at ``level``,
     ``by_hardware`` the per-hardware ones (``calibrate_by_group``); rows of other hardware use the global one.
+    ``extra_meta`` joins the meta (:class:`NetworkPyfunc` reads ``encoder`` and ``trained_hardware`` there).
     """
     directory.mkdir(parents=True, exist_ok=True)
     model.save(directory / "model")
     (directory / "hardware.json").write_text(registry.to_json())
     meta = {"target": target, "model": model.name,
             "interval": {"method": "split-conformal, log space, per hardware", "level": level,
-                         "log_halfwidth": log_halfwidth, "by_hardware": by_hardware or {}}}
+                         "log_halfwidth": log_halfwidth, "by_hardware": by_hardware or {}}, **(extra_meta or {})}
     (directory / "meta.json").write_text(json.dumps(meta))
     return {"model": str(directory / "model"), "hardware": str(directory / "hardware.json"),
             "meta": str(directory / "meta.json")}

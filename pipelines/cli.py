@@ -1,6 +1,7 @@
 """``costmodel``: the command line other tools call.
 
     costmodel predict --model models:/costmodel-runtime@champion --input workloads.csv [--output preds.csv]
+    costmodel predict --model models:/costmodel-network-runtime@champion --input net.mlir --hardware <id>
     costmodel models [--name costmodel-runtime]
 
 Input: CSV, JSON lines or a JSON array of records, one workload per row (``op``, ``hardware``,
@@ -8,6 +9,8 @@ Input: CSV, JSON lines or a JSON array of records, one workload per row (``op``,
 interval (``runtime_ms``, ``runtime_ms_lo``, ``runtime_ms_hi``), as CSV, JSON lines or a JSON array
 (``--format``, or the suffix of ``--output``: ``.csv``, ``.jsonl``, ``.json``). Any bad input ends with
 one ``costmodel: error: ...`` line on stderr and exit status 2.
+A ``.mlir`` input (with ``--hardware``) is one network for a whole-network model (``mlir`` in its signature,
+no ``op``: output ``input, hardware`` + the prediction), else the kernels recognised in it plus their total.
 ``costmodel models`` prints registered names, versions, aliases and their held-out metrics.
 """
 from __future__ import annotations
@@ -88,6 +91,7 @@ def _set_uri(arg: str | None) -> None:
 def predict(args) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
+    import pandas as pd
     from mlflow.exceptions import MlflowException
 
     from features.tabular import FeatureError
@@ -98,14 +102,24 @@ def predict(args) -> int:
     if fmt is None:
         raise CliError(f"unsupported output {out_path.name!r}: use .csv, .jsonl or .json (or --format)")
     mlir_input = Path(args.input).suffix == ".mlir"
-    workloads = _mlir_workloads(Path(args.input), args.hardware) if mlir_input else _read_table(Path(args.input))
+    if mlir_input:
+        text = _mlir_text(Path(args.input))
+        if not args.hardware:
+            raise CliError(f"{Path(args.input).name}: a .mlir input needs --hardware")
+    else:
+        workloads = _read_table(Path(args.input))
     _set_uri(args.tracking_uri)
     try:
         model = mlflow.pyfunc.load_model(args.model)
     except (MlflowException, OSError) as exc:
         raise CliError(f"cannot load model {args.model!r}: {str(exc).strip().splitlines()[0]}") from None
+    network = _takes_networks(model)
+    if mlir_input and network:  # a whole-network model: the module is one row
+        workloads = pd.DataFrame([{"input": args.input, "mlir": text, "hardware": args.hardware}])
+    elif mlir_input:  # a kernel model: the kernels recognised in the module, and their total
+        workloads = _mlir_workloads(text, str(args.input), args.hardware)
     try:
-        preds = model.predict(workloads.drop(columns=["mlir_op", "node"], errors="ignore"))
+        preds = model.predict(workloads.drop(columns=["mlir_op", "node", "input"], errors="ignore"))
     except FeatureError as exc:
         raise CliError(str(exc)) from None
     except MlflowException as exc:
@@ -113,7 +127,9 @@ def predict(args) -> int:
             raise CliError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
         raise CliError(f"bad input: {_schema_reason(str(exc))}") from None
     out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True))
-    if mlir_input:  # one row per recognised kernel plus their total
+    if network:  # the module text is the input, not an output column
+        out = out.drop(columns=["mlir"])
+    elif mlir_input:  # one row per recognised kernel plus their total
         out = _with_total(out, list(preds.columns))
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,19 +148,24 @@ def _mlir_text(path: Path) -> str:
     return path.read_text()
 
 
-def _mlir_workloads(path: Path, hardware: str | None):
-    """``predict`` on a .mlir file: the linalg kernels recognised in it, on ``--hardware``."""
+def _takes_networks(model) -> bool:
+    """A whole-network model (``models.pyfunc.NetworkPyfunc``): its signature takes ``mlir`` and no ``op``."""
+    schema = model.metadata.get_input_schema()
+    names = schema.input_names() if schema is not None else []
+    return "mlir" in names and "op" not in names
+
+
+def _mlir_workloads(text: str, where: str, hardware: str):
+    """``predict`` with a kernel model on a .mlir file: the linalg kernels recognised in it, on ``--hardware``."""
     from features.mlir import workloads_from_mlir
     from features.tabular import FeatureError
 
-    if not hardware:
-        raise CliError(f"{path.name}: a .mlir input needs --hardware")
     try:
-        df = workloads_from_mlir(_mlir_text(path), where=str(path))
+        df = workloads_from_mlir(text, where=where)
     except FeatureError as exc:
         raise CliError(str(exc)) from None
     if df.empty:
-        raise CliError(f"{path}: no kernel recognised (matmul, batch_matmul, conv_2d_nchw_fchw, elementwise generic)")
+        raise CliError(f"{where}: no kernel recognised (matmul, batch_matmul, conv_2d_nchw_fchw, elementwise generic)")
     df = df.assign(hardware=hardware)
     return df.astype({c: float for c in df.columns if str(df[c].dtype) == "Int64" and c != "node"})
 

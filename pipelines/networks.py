@@ -189,6 +189,11 @@ def run(cfg: DictConfig) -> pd.DataFrame:
         mlflow.log_artifact(str(path))
         nets.drop(columns=["mlir"]).to_csv(Path(tmp) / "networks.csv", index=False)
         mlflow.log_artifact(str(Path(tmp) / "networks.csv"))
+
+    if cfg.register.model:  # serve it (issue #8): fit on all networks but a calibration fold, log, register
+        decision = tracking.register_network_model(cfg, nets, registry)
+        console.print(f"* registered {cfg.register.model} as {cfg.register.name} version {decision.version}; "
+                      f"alias @{cfg.register.alias}: {decision.reason}", soft_wrap=True)
     return res
 
 

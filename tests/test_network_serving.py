@@ -1,0 +1,221 @@
+"""Whole-network models served (issue #8): NetworkPyfunc, registration with the champion rule, CLI, API, REST.
+
+Real parts throughout: tiny mlps measured on this CPU and exported by torch-mlir (``pipelines.networks.collect``),
+real GNN / token-transformer training (a few epochs), a real MLflow sqlite store, real subprocesses.
+"""
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from features.tabular import FeatureError
+from models.conformal import calibrate
+from pipelines.tracking import calibration_fold, loo_coverage
+from tests.conftest import ROOT, run_cli
+from tests.servers import post_json, restore_mlflow_uris, serve_model  # noqa: F401 (autouse fixture)
+
+NAME = "costmodel-network-runtime"
+MODEL = f"models:/{NAME}@champion"
+COLS = ["runtime_ms", "runtime_ms_lo", "runtime_ms_hi"]
+TINY_MLPS = [{"op": "mlp", "params": dict(batch=4, width=w, depth=d)} for w in (16, 32) for d in (1, 2, 3)]
+
+
+@pytest.fixture(scope="module")
+def mlp_mlir():
+    from features.mlir.export import export_workload
+
+    return export_workload("mlp", dict(batch=4, width=16, depth=4))  # deeper than any training network
+
+
+def test_calibration_fold_is_per_family_and_seeded():
+    fams = ["mlp"] * 6 + ["cnn"] * 3 + ["transformer"]
+    mask = calibration_fold(fams, 0.3, seed=0)
+    assert mask[:6].sum() == 2 and mask[6:9].sum() == 1 and mask[9]   # round(0.3 n), at least one
+    assert (calibration_fold(fams, 0.3, seed=0) == mask).all()
+    assert calibration_fold(["cnn", "cnn"], 0.9, seed=1).sum() == 1      # one left to fit on
+
+
+def test_loo_coverage_scores_each_point_against_the_others():
+    y = np.ones(10)
+    pred = np.exp(np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 5.0]))  # log errors 0.1 .. 0.9, 5
+    # with 9 others the 90% q is the 9th smallest of them = their max: every point but the outlier is covered
+    assert calibrate(y[:9], pred[:9], 0.9) == pytest.approx(0.9)
+    assert loo_coverage(y, pred, 0.9) == pytest.approx(0.9)
+    assert loo_coverage(y, y, 0.9) == 1.0 and np.isnan(loo_coverage(y[:1], y[:1], 0.9))
+
+
+def test_encode_networks_one_path_and_one_line_errors(registry, mlp_mlir):
+    from features.encoders import GraphEncoder, TokenEncoder
+    from models.pyfunc import encode_networks
+
+    row = {"mlir": mlp_mlir, "hardware": "t4"}
+    (g,), hw = encode_networks([row], registry, "graph")
+    ref = GraphEncoder(registry).encode(mlp_mlir, hardware="T4", dtype="float32")
+    assert hw == ["T4"] and (g.x == ref.x).all() and (g.u == ref.u).all() and (g.edge_index == ref.edge_index).all()
+    (t,), _ = encode_networks([{**row, "dtype": "float16"}], registry, "tokens")
+    assert (t["ids"] == TokenEncoder().encode(mlp_mlir)["ids"]).all()
+
+    bad = [
+        ([{"mlir": mlp_mlir}], "networks lack column(s) hardware"),
+        ([row, {"mlir": "  ", "hardware": "T4"}], "row 1: empty mlir"),
+        ([{"mlir": "module { func.func @f( }", "hardware": "T4"}], "row 0:1:"),
+        ([{"mlir": mlp_mlir, "hardware": "H1000"}], "row 0: unknown hardware 'H1000'"),
+        ([{"mlir": mlp_mlir, "hardware": "T4", "dtype": "float8"}], "row 0: unknown dtype 'float8'"),
+    ]
+    for rows, msg in bad:
+        with pytest.raises(FeatureError) as exc:
+            encode_networks(rows, registry, "graph")
+        assert str(exc.value).startswith(msg) and "\n" not in str(exc.value), (msg, str(exc.value))
+    with pytest.raises(FeatureError, match=r"^row 0: hardware 'T4' is not among the hardware this network model "
+                                           r"was trained on \(H100-SXM\)$"):
+        encode_networks([row], registry, "tokens", trained_hardware=["H100-SXM"])
+
+
+# --------------------------------------------------------------------------- registered models (slow)
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory):
+    """Tiny mlps measured on this CPU; a GNN then a token transformer registered into a temp sqlite store."""
+    from data.backends.cpu import CpuBackend
+    from data.hardware import CONF_DIR, HardwareRegistry
+    from pipelines import tracking
+    from pipelines.networks import collect
+
+    out = tmp_path_factory.mktemp("netserve")
+    backend = CpuBackend(num_threads=1, min_run_time=0.01, warmup=1, measure_memory=False, energy=False)
+    nets, _ = collect(TINY_MLPS, backend)
+    reg = HardwareRegistry.from_dir(CONF_DIR)
+    reg.add(backend.hardware)
+    cfg = OmegaConf.load(ROOT / "conf" / "networks.yaml")
+    cfg.tiny, cfg.paths.output_dir, cfg.mlflow.tracking_uri = True, str(out), None
+    decisions = {}
+    for model in ("gnn", "token_transformer"):
+        cfg.register.model = model
+        decisions[model] = tracking.register_network_model(cfg, nets, reg)
+    return {"uri": f"sqlite:///{out / 'mlflow.db'}", "nets": nets, "cpu": backend.hardware.id, "decisions": decisions}
+
+
+@pytest.fixture(scope="module")
+def api(registered):
+    from models.api import load_cost_model
+
+    return load_cost_model(MODEL, tracking_uri=registered["uri"])
+
+
+@pytest.mark.slow
+def test_registration_follows_the_champion_rule(registered, api):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=registered["uri"], registry_uri=registered["uri"])
+    gnn, tf = registered["decisions"]["gnn"], registered["decisions"]["token_transformer"]
+    assert gnn.promoted and gnn.previous is None and tf.previous == gnn.version
+    v1, v2 = (client.get_model_version(NAME, v) for v in (gnn.version, tf.version))
+    # same networks, same calibration fold: the stored held-out MAPEs decide
+    assert v2.tags["champion_compared_on"] == "stored tags, same held-out split"
+    better = v2 if float(v2.tags["test_mape"]) < float(v1.tags["test_mape"]) else v1
+    assert client.get_model_version_by_alias(NAME, "champion").version == better.version
+    assert tf.promoted == (better is v2)
+    # the held-out metrics are those of the calibration networks (2 of 6), never seen in fit
+    run = client.get_run(v1.run_id)
+    held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=v1.run_id, artifact_path="eval/heldout_predictions.csv",
+                                                           tracking_uri=registered["uri"]))
+    assert len(held) == 2 and run.data.params["n_fit"] == "4"
+    ape = np.abs(held["pred_runtime_ms"] - held["runtime_ms"]) / held["runtime_ms"] * 100
+    assert run.data.metrics["test/all/mape"] == pytest.approx(ape.mean())
+    assert run.data.metrics["calibration/all/log_halfwidth"] == pytest.approx(
+        calibrate(held["runtime_ms"], held["pred_runtime_ms"], 0.9))
+    assert api.interval_level == 0.9 and api.meta["encoder"] in ("graph", "tokens")
+    mlflow.set_tracking_uri(registered["uri"])
+    info = mlflow.models.get_model_info(MODEL)
+    assert [c.name for c in info.signature.inputs.inputs] == ["mlir", "hardware", "dtype"]
+    assert [c.name for c in info.signature.outputs.inputs] == COLS and info.saved_input_example_info is not None
+    code = Path(mlflow.artifacts.download_artifacts(MODEL)) / "code"
+    assert {"data", "features", "models"} <= {p.name for p in code.iterdir()}
+    assert (code / "features" / "mlir_vocab.json").exists()  # the token vocabulary travels with the model
+    assert api.meta["trained_hardware"] == [registered["cpu"]]
+
+    proc = run_cli("models", "--tracking-uri", registered["uri"])
+    assert proc.returncode == 0, proc.stderr
+    lines = [l for l in proc.stdout.splitlines() if NAME in l]
+    assert len(lines) == 2 and [l.split()[2] for l in lines].count("champion") == 1  # name, version, aliases
+
+
+# Like tests/test_serving.py: no access to this project (-I -S, only the venv's site-packages appended).
+ISOLATED = r"""
+import importlib.util, json, sys
+sys.path.append(sys.argv[1])
+assert [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)] == [], "project importable"
+import mlflow, pandas as pd
+mlflow.set_tracking_uri(sys.argv[2])
+model = mlflow.pyfunc.load_model(sys.argv[3])
+preds = model.predict(pd.DataFrame(json.loads(sys.argv[4])))
+import models.pyfunc, features.encoders
+print(json.dumps({"preds": preds.to_dict(orient="list"), "files": [models.pyfunc.__file__, features.encoders.__file__]}))
+"""
+
+
+@pytest.mark.slow
+def test_champion_predicts_in_a_process_without_the_project(registered, api, mlp_mlir, tmp_path):
+    rows = [{"mlir": mlp_mlir, "hardware": registered["cpu"]},
+            {"mlir": registered["nets"]["mlir"].iloc[0], "hardware": registered["cpu"], "dtype": "float32"}]
+    site = sysconfig.get_paths()["purelib"]
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED, site, registered["uri"], MODEL, json.dumps(rows)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for f in out["files"]:
+        assert not f.startswith(str(ROOT)) and f"{Path('code')}" in f, f
+    preds = pd.DataFrame(out["preds"])
+    assert list(preds.columns) == COLS and (preds["runtime_ms"] > 0).all()
+    assert ((preds["runtime_ms_lo"] < preds["runtime_ms"]) & (preds["runtime_ms"] < preds["runtime_ms_hi"])).all()
+    q = api.meta["interval"]["by_hardware"].get(registered["cpu"], api.meta["interval"]["log_halfwidth"])
+    np.testing.assert_allclose(preds["runtime_ms_hi"] / preds["runtime_ms"], np.exp(q), rtol=1e-9)
+    pd.testing.assert_frame_equal(preds, api.predict(rows), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_cli_mlir_file_equals_api_and_bad_input_is_one_line(registered, api, mlp_mlir, tmp_path, capsys):
+    src = tmp_path / "net.mlir"
+    src.write_text(mlp_mlir)
+    proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--hardware", registered["cpu"],
+                   "--tracking-uri", registered["uri"], "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    (rec,) = json.loads(proc.stdout)
+    assert rec["input"] == str(src) and rec["hardware"] == registered["cpu"] and "mlir" not in rec
+    expected = api.predict({"mlir": mlp_mlir, "hardware": registered["cpu"]})
+    np.testing.assert_allclose([rec[c] for c in COLS], expected[COLS].to_numpy()[0], rtol=1e-9)
+
+    bad = tmp_path / "bad.mlir"
+    bad.write_text(mlp_mlir.replace("func.func", "func.func(", 1))
+    from pipelines.cli import main  # the same entry point in this process (a subprocess costs ~10 s here)
+
+    for path, hw, msg in [(bad, registered["cpu"], "costmodel: error: row 0:"),
+                          (src, "T4", "costmodel: error: row 0: hardware 'T4' is not among the hardware")]:
+        code = main(["predict", "--model", MODEL, "--input", str(path), "--hardware", hw, "--tracking-uri", registered["uri"]])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and err[0].startswith(msg), err
+    with pytest.raises(ValueError, match=r"^row 0: unknown hardware 'H1000'"):
+        api.predict({"mlir": mlp_mlir, "hardware": "H1000"})
+
+
+@pytest.mark.slow
+def test_rest_serving_and_http_400(registered, api, mlp_mlir, tmp_path):
+    rows = [{"mlir": mlp_mlir, "hardware": registered["cpu"]}]
+    with serve_model(MODEL, registered["uri"], tmp_path / "serve.log") as base:
+        url = base + "/invocations"
+        status, body = post_json(url, json.dumps({"dataframe_records": rows}).encode())
+        assert status == 200, body
+        np.testing.assert_allclose(pd.DataFrame(body["predictions"])[COLS].to_numpy(), api.predict(rows)[COLS].to_numpy(),
+                                   rtol=1e-9)
+        for bad, msg in [({"mlir": "module {", "hardware": registered["cpu"]}, "row 0:"),
+                         ({"mlir": mlp_mlir, "hardware": "H1000"}, "unknown hardware 'H1000'")]:
+            status, body = post_json(url, json.dumps({"dataframe_records": [bad]}).encode())
+            assert status == 400 and body["error_code"] == "INVALID_PARAMETER_VALUE" and msg in body["message"], body
+        status, body = post_json(url, json.dumps({"dataframe_records": rows}).encode())
+        assert status == 200  # still serving
