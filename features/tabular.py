@@ -96,6 +96,20 @@ def transfer_features(op, params, flops, nbytes, dtype_bytes, sm_count, l2_bytes
     return out
 
 
+# Columns on an absolute scale of one GPU (times, spec numbers, per-SM amounts): dropped by ``transfer_columns``.
+ABSOLUTE_SCALE = ("hw_", "roofline_", "log2_roofline", "log2_wave_ms_", "log2_wave_roofline_ms", "log2_bytes_per_sm",
+                  "log2_flops_per_sm")
+TRANSFER_KEEP = ("hw_ridge_intensity", "hw_log2_bandwidth")  # the roofline's two spec numbers stay
+
+
+def transfer_columns(columns) -> list[str]:
+    """The subset of feature columns meant to transfer to an unseen GPU: shape, op and dtype columns, the
+    dimensionless :func:`transfer_features` (waves, tail-wave occupancy, intensity / ridge, bytes / L2) and the
+    ridge point and bandwidth; no absolute times, SM counts, clocks or cache sizes, which let trees recognise
+    the training GPUs one by one instead of learning a rule that carries over."""
+    return [c for c in columns if not str(c).startswith(ABSOLUTE_SCALE) or c in TRANSFER_KEEP]
+
+
 class TabularFeaturizer:
     def __init__(self, registry: HardwareRegistry):
         self.registry = registry

@@ -14,6 +14,10 @@ The base model is one of the project's tree models, used only through its public
 ``y / roofline`` and its prediction is that ratio. ``base`` is a plain dict of the base's hyper-parameters
 plus ``kind`` (``rf`` or ``xgb``), so the model's own parameters stay JSON (``model.json``) and Hydra configs
 nest it (``conf/model/xgb_residual.yaml``).
+
+``features``: ``"all"`` (the base sees every feature column) or ``"transfer"`` (only
+``features.tabular.transfer_columns``: shape and dimensionless hardware-relative columns, no absolute spec
+numbers; ``conf/model/xgb_residual_transfer.yaml``, meant for predicting GPUs absent from training).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from features.tabular import transfer_columns
 from models.base import CostModel, check_xy, load_model
 from models.tree import RandomForestModel, XGBoostModel
 
@@ -31,9 +36,17 @@ BASES = {"rf": RandomForestModel, "xgb": XGBoostModel}
 class ResidualModel(CostModel):
     name = "residual"
 
-    def __init__(self, base: dict | None = None, column: str = "roofline_ms"):
+    def __init__(self, base: dict | None = None, column: str = "roofline_ms", features: str = "all"):
         self.base = dict(base) if base is not None else {"kind": "xgb"}
         self.column = column
+        self.features = features
+
+    def _inputs(self, X: pd.DataFrame) -> pd.DataFrame:
+        if self.features == "all":
+            return X
+        if self.features == "transfer":
+            return X[transfer_columns(X.columns)]
+        raise ValueError(f"ResidualModel: unknown features {self.features!r} (all, transfer)")
 
     def _make_base(self) -> CostModel:
         params = dict(self.base)
@@ -52,12 +65,12 @@ class ResidualModel(CostModel):
 
     def fit(self, X: pd.DataFrame, y: np.ndarray) -> "ResidualModel":
         X, y = check_xy(X, y)
-        self.base_ = self._make_base().fit(X, y / self._reference(X))
+        self.base_ = self._make_base().fit(self._inputs(X), y / self._reference(X))
         return self
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         X, _ = check_xy(X)
-        return self._reference(X) * np.asarray(self.base_.predict(X), dtype=np.float64)
+        return self._reference(X) * np.asarray(self.base_.predict(self._inputs(X)), dtype=np.float64)
 
     def _save_payload(self, path: Path) -> None:
         self.base_.save(path / "base")

@@ -56,7 +56,23 @@ def test_bad_inputs_are_one_clear_error():
         ResidualModel(base={"kind": "xgb", "n_estimators": 5}).fit(X.assign(roofline_ms=0.0), y)
 
 
-@pytest.mark.parametrize("name,kind", [("xgb_residual", "xgb"), ("rf_residual", "rf")])
+def test_transfer_features_hide_absolute_spec_columns(registry):
+    from features.tabular import TabularFeaturizer
+
+    rows = pd.DataFrame([{"op": "matmul", "m": 64 * i, "n": 128, "k": 256 + i, "hardware": hw}
+                         for i in range(1, 30) for hw in ("T4", "A100-PCIe-40GB")])
+    X = TabularFeaturizer(registry).transform(rows)
+    y = X["roofline_ms"].to_numpy() * (2.0 + np.arange(len(X)) % 3)
+    model = ResidualModel(base={"kind": "xgb", "n_estimators": 10, "n_jobs": 1}, features="transfer").fit(X, y)
+    seen = set(model.base_.feature_names_)
+    assert {"wave_eff_128", "log2_waves_128", "log2_intensity_over_ridge", "m", "hw_ridge_intensity"} <= seen
+    assert not seen & {"hw_sm_count", "hw_l2_mb", "hw_clock_mhz", "roofline_ms", "log2_roofline_ms", "log2_wave_ms_128"}
+    assert np.all(model.predict(X) > 0)
+    with pytest.raises(ValueError, match="unknown features 'some'"):
+        ResidualModel(base={"kind": "xgb", "n_estimators": 5}, features="some").fit(X, y)
+
+
+@pytest.mark.parametrize("name,kind", [("xgb_residual", "xgb"), ("rf_residual", "rf"), ("xgb_residual_transfer", "xgb")])
 def test_hydra_configs_instantiate_a_saveable_model(name, kind, tmp_path):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("run", overrides=[f"model=[{name}]"])
