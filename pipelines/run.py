@@ -7,8 +7,9 @@ are computed on the fold (``models/conformal.py``); the held-out test rows give 
 Splits: ``split`` (default held_out_shapes) is the split the registered model is fitted and judged on (the champion
 decision). Every model is also scored on each split of ``eval_splits`` (``models.splits.FOLDS``: random,
 held_out_shapes, held_out_family, leave_one_hardware_out): per fold the model is refitted on the fold's training rows
-less a calibration fold of whole shapes, with ``n_estimators`` x ``eval_trees`` (the champion split reuses the
-registered fit); the folds' test predictions are pooled and logged to the model's run as ``<split>/<metric>``.
+less a calibration fold of whole shapes, with ``n_estimators`` x ``eval_trees`` (the champion split, when it is random
+or held_out_shapes, reuses the registered fit); the folds' test predictions are pooled and logged to the model's run
+as ``<split>/<metric>``.
 
     python -m pipelines.run                 # see conf/run.yaml for what can be overridden
 """
@@ -86,8 +87,8 @@ def run(cfg: DictConfig) -> dict:
     console.print(f"split {cfg.split.name}: {len(fit)} fit + {len(cal)} calibration rows "
                   f"({ok.loc[cal, 'shape_id'].nunique()} shapes), {len(test)} test rows "
                   f"({ok.loc[test, 'shape_id'].nunique()} held-out shapes)")
-    folds = {s: FOLDS[s](ok, test_size=cfg.split.test_size, seed=cfg.split.seed)
-             for s in cfg.eval_splits if s != cfg.split.name}
+    folds = {s: FOLDS[s](ok, test_size=cfg.split.test_size, seed=cfg.split.seed) for s in cfg.eval_splits}
+    reuse = _reuses_registered_fit(cfg)
     split_id = tracking.split_identity(cfg.split.name, cfg.split.seed, cfg.split.test_size, digest,
                                        ok.loc[test, "shape_id"])
 
@@ -122,7 +123,7 @@ def run(cfg: DictConfig) -> dict:
         _tag_sweep_trial(name)
         splits = {}
         for s in cfg.eval_splits:
-            if s == cfg.split.name:  # the registered fit, on the champion split's test rows
+            if s == reuse:  # the registered fit, on the champion split's test rows
                 splits[s] = split_metrics(ok.loc[test], y[test], pred, lo, hi, cov_key) | {"folds": 1.0}
             else:
                 splits[s] = _score_folds(model_cfg, float(cfg.eval_trees), folds[s], ok, X, y, cfg, cov_key)
@@ -158,6 +159,13 @@ def split_metrics(rows: pd.DataFrame, y, pred, lo, hi, cov_key: str = "coverage9
     out["group_kendall_tau"] = within_group_kendall(groups, y, pred)
     out[cov_key] = float(np.mean((y >= lo) & (y <= hi)))
     return out
+
+
+def _reuses_registered_fit(cfg: DictConfig) -> str | None:
+    """The eval split whose one fold is the champion split itself (random, held_out_shapes): scored by the registered
+    fit. A multi-fold eval split (held_out_family, leave_one_hardware_out) always runs its folds."""
+    name = cfg.split.name
+    return name if name in cfg.eval_splits and name in ("random", "held_out_shapes") else None
 
 
 def _fewer_trees(model_cfg: DictConfig, fraction: float) -> DictConfig:
@@ -225,7 +233,9 @@ def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: trac
     splits = list(cfg.eval_splits)
     if splits:
         trees = float(cfg.eval_trees)
-        note = "" if trees == 1 else f"; splits other than {cfg.split.name} refit with n_estimators x {trees:g}"
+        reuse = _reuses_registered_fit(cfg)
+        note = (f"; {reuse}: the registered fit" if reuse else "") + \
+            ("" if trees == 1 else f"; {'other splits' if reuse else 'every split'} refit with n_estimators x {trees:g}")
         table = Table(title=f"every split: pooled test rows of each split's folds{note}; "
                             f"τ within (op, hardware)", show_lines=False)
         for col in ("model", "split", "folds", "n", "MAPE %", "MedAPE %", "SMAPE %", "R² (log)", "τ within",
@@ -234,7 +244,7 @@ def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: trac
         for name, res in results.items():
             for s in splits:
                 m = res["splits"][s]
-                table.add_row(name if s == splits[0] else "", s + (" (champion split)" if s == cfg.split.name else ""),
+                table.add_row(name if s == splits[0] else "", s + (" (champion split)" if s == reuse else ""),
                               f"{m['folds']:.0f}", f"{m['n']:.0f}", f"{m['mape']:.1f}", f"{m['medape']:.1f}",
                               f"{m['smape']:.1f}", f"{m.get('r2_log', np.nan):.3f}",
                               f"{m['group_kendall_tau']:.3f}", f"{100 * m[cov_key]:.0f}", end_section=(s == splits[-1]))
