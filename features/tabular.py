@@ -6,12 +6,19 @@ training and prediction go through the same code. FLOPs and bytes are derived fr
 (``data.workloads.count_cost``), never read from a measurement, so a user who gives only shapes gets the
 same features. Hardware enters only through its spec numbers, which is what lets a model predict for a
 GPU that has a spec but no measurements.
+
+Hardware-normalised, dimensionless features (:func:`transfer_features`) describe a workload *relative to* the
+GPU it runs on, so that what is learned on some GPUs transfers to another (NeuSight, Lee et al. ASPLOS'25,
+predicts unseen GPUs from a tile/wave decomposition of the kernel the same way): wave counts and tail-wave
+occupancy at a few tile sizes, arithmetic intensity relative to the ridge point, bytes relative to the L2
+cache, a memory-bound flag and the wave-quantised roofline time.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from data.backends.sim_roofline import gemm_dims
 from data.hardware import HardwareRegistry
 from data.workloads import DTYPES, OPS, SHAPE_PARAMS, WorkloadError, count_cost, validate
 
@@ -26,6 +33,81 @@ class FeatureError(ValueError):
 def roofline_s(flops, nbytes, peak_flops, bandwidth):
     """Classic roofline lower bound (Williams et al. 2009): max(compute time, memory time)."""
     return np.maximum(np.asarray(flops) / np.asarray(peak_flops), np.asarray(nbytes) / np.asarray(bandwidth))
+
+
+TILES = (64, 128, 256)  # square output-tile edges for the wave features (cuBLAS/CUTLASS tiles span 64..256)
+
+
+def work_tiles(op: str, params: dict, nbytes: float, dtype_bytes: float, tile: int) -> float:
+    """Output tiles of ``tile x tile`` a kernel is split into (the unit of work one SM takes at a time).
+
+    GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM: ``data.backends.sim_roofline.gemm_dims``):
+    ``batch * ceil(M / tile) * ceil(N / tile)`` (NVIDIA, "Matrix Multiplication Background User's Guide",
+    tile quantization). Other ops (memory-bound: elementwise, norms, softmax, reductions) have no GEMM tiles;
+    their work is approximated by the elements they move, ``bytes / dtype_bytes``, in blocks of ``tile**2``
+    elements: ``ceil(elements / tile**2)``.
+    """
+    dims = gemm_dims(op, params)
+    if dims is not None:
+        batch, m, n, _ = (int(v) for v in dims)
+        return float(batch * -(-m // tile) * -(-n // tile))
+    return float(np.ceil(nbytes / dtype_bytes / tile**2))
+
+
+def transfer_features(op, params, flops, nbytes, dtype_bytes, sm_count, l2_bytes, peak, bw) -> dict[str, np.ndarray]:
+    """Dimensionless, hardware-normalised features (module docstring); arrays in, arrays of columns out.
+
+    Per tile size T (``TILES``), with ``tiles`` from :func:`work_tiles` and ``S`` = SM count:
+
+    * ``waves_T = ceil(tiles / S)`` (log2 in the column ``log2_waves_T``): rounds of one tile per SM;
+    * ``wave_eff_T = tiles / (waves_T * S)``: occupancy of the SM slots over all waves (1 = no idle SM in
+      the tail wave; 1 tile on 108 SMs = 0.009);
+    * ``log2_wave_ms_T``: wave-quantised compute time ``waves_T * (flops / tiles) / (peak / S)`` (each wave costs
+      one full tile's FLOPs per SM), for ops with FLOPs; memory-bound ops get their memory time.
+
+    Then ``log2_intensity_over_ridge = log2((flops / bytes) / (peak / bw))`` (> 0: compute-bound by the
+    roofline), ``memory_bound`` (that flag), ``log2_bytes_over_l2 = log2(bytes / L2 bytes)``,
+    ``log2_bytes_per_sm``, ``log2_flops_per_sm``, ``log2_roofline_compute_ms`` / ``log2_roofline_memory_ms`` and
+    ``log2_wave_roofline_ms = log2(max(wave_ms_128, memory time))``: the roofline with 128x128 wave quantisation.
+    """
+    flops, nbytes = np.asarray(flops, float), np.asarray(nbytes, float)
+    sms, peak, bw = np.asarray(sm_count, float), np.asarray(peak, float), np.asarray(bw, float)
+    sms = np.maximum(sms, 1.0)
+    dtype_bytes = np.nan_to_num(np.asarray(dtype_bytes, float), nan=4.0)  # fixed point (FPGA): no torch width
+    memory_ms = nbytes / bw * 1e3
+    out: dict[str, np.ndarray] = {}
+    for t in TILES:
+        tiles = np.array([work_tiles(o, p, b, d, t) for o, p, b, d in zip(op, params, nbytes, dtype_bytes)])
+        tiles = np.maximum(tiles, 1.0)
+        waves = np.ceil(tiles / sms)
+        wave_ms = np.where(flops > 0, waves * (flops / tiles) / (peak / sms) * 1e3, memory_ms)
+        out[f"log2_waves_{t}"] = np.log2(waves)
+        out[f"wave_eff_{t}"] = tiles / (waves * sms)
+        out[f"log2_wave_ms_{t}"] = np.log2(wave_ms)
+    intensity_ratio = (flops / nbytes) / (peak / bw)
+    out["log2_intensity_over_ridge"] = np.log2(intensity_ratio + 1e-6)
+    out["memory_bound"] = (intensity_ratio < 1).astype(float)
+    out["log2_bytes_over_l2"] = np.log2(nbytes / np.maximum(np.asarray(l2_bytes, float), 1.0))
+    out["log2_bytes_per_sm"] = np.log2(nbytes / sms)
+    out["log2_flops_per_sm"] = np.log2(flops / sms + 1)
+    out["log2_roofline_compute_ms"] = np.log2(flops / peak * 1e3 + 1e-9)
+    out["log2_roofline_memory_ms"] = np.log2(memory_ms)
+    out["log2_wave_roofline_ms"] = np.log2(np.maximum(2 ** out["log2_wave_ms_128"], memory_ms))
+    return out
+
+
+# Columns on an absolute scale of one GPU (times, spec numbers, per-SM amounts): dropped by ``transfer_columns``.
+ABSOLUTE_SCALE = ("hw_", "roofline_", "log2_roofline", "log2_wave_ms_", "log2_wave_roofline_ms", "log2_bytes_per_sm",
+                  "log2_flops_per_sm")
+TRANSFER_KEEP = ("hw_ridge_intensity", "hw_log2_bandwidth")  # the roofline's two spec numbers stay
+
+
+def transfer_columns(columns) -> list[str]:
+    """The subset of feature columns meant to transfer to an unseen GPU: shape, op and dtype columns, the
+    dimensionless :func:`transfer_features` (waves, tail-wave occupancy, intensity / ridge, bytes / L2) and the
+    ridge point and bandwidth; no absolute times, SM counts, clocks or cache sizes, which let trees recognise
+    the training GPUs one by one instead of learning a rule that carries over."""
+    return [c for c in columns if not str(c).startswith(ABSOLUTE_SCALE) or c in TRANSFER_KEEP]
 
 
 class TabularFeaturizer:
@@ -91,6 +173,11 @@ class TabularFeaturizer:
         X["roofline_memory_ms"] = nbytes / bw * 1e3
         X["roofline_ms"] = roofline_s(flops, nbytes, peak, bw) * 1e3
         X["log2_roofline_ms"] = np.log2(X["roofline_ms"])
+        params = [dict(zip(SHAPE_PARAMS, shape)) for shape in shapes]
+        for col, values in transfer_features(df["op"], params, flops, nbytes, X["dtype_bytes"].to_numpy(),
+                                             X["hw_sm_count"].to_numpy(), [s.l2_cache_mb * 2**20 for s in specs],
+                                             peak, bw).items():
+            X[col] = values
         return X
 
 

@@ -2,6 +2,19 @@
 
 ``held_out_shapes``: whole (op, shape) configurations are held out, on every hardware and dtype at
 once (grouped by ``shape_id``), so a model is scored on shapes it has never seen anywhere.
+
+The main job scores every model on several splits (``conf/run.yaml`` ``eval_splits``; :data:`FOLDS`), each a
+list of ``(label, train, test)`` folds whose test parts are pooled:
+
+* ``random``: a seeded fraction of rows, ignoring groups (reference only: the same shape on another GPU or
+  dtype is in training, so this flatters every model);
+* ``held_out_shapes``: as above, one fold;
+* ``held_out_family``: leave one op family out (``family`` column: gemm, conv, norm, softmax, elementwise, ...),
+  each family once: a model scored on an op family it has never seen;
+* ``leave_one_hardware_out``: each hardware id once: train on the others, test on it (spec-only transfer).
+
+:data:`SPLITS` gives the one ``(train, test)`` split a ``split=`` choice means for the registered model: for
+the two grouped families a seeded fraction of whole families / hardware ids (at least one).
 """
 from __future__ import annotations
 
@@ -14,7 +27,47 @@ def held_out_shapes(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -
     return held_out_groups(rows["shape_id"].to_numpy(), test_size, seed)
 
 
-SPLITS = {"held_out_shapes": held_out_shapes}
+def random_rows(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded random fraction of rows (no grouping: a reference, not a generalisation test)."""
+    n = len(rows)
+    if n < 2:
+        raise ValueError("a random split needs at least two rows")
+    test = np.sort(np.random.default_rng(seed).choice(n, size=min(n - 1, max(1, round(test_size * n))), replace=False))
+    return np.setdiff1d(np.arange(n), test), test
+
+
+def held_out_family(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded fraction of whole op families (``family`` column), at least one."""
+    return held_out_groups(rows["family"].to_numpy(), test_size, seed)
+
+
+def held_out_hardware(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded fraction of whole hardware ids, at least one."""
+    return held_out_groups(rows["hardware"].to_numpy(), test_size, seed)
+
+
+SPLITS = {"held_out_shapes": held_out_shapes, "random": random_rows, "held_out_family": held_out_family,
+          "leave_one_hardware_out": held_out_hardware}
+
+
+def _one_fold(split):
+    def folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        return [("all", *split(rows, test_size, seed))]
+    return folds
+
+
+def family_folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Leave one op family out, each family once (``test_size`` and ``seed`` unused)."""
+    return list(leave_one_group_out(rows, "family"))
+
+
+def hardware_folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Leave one hardware id out, each hardware once (``test_size`` and ``seed`` unused)."""
+    return list(leave_one_group_out(rows, "hardware"))
+
+
+FOLDS = {"random": _one_fold(random_rows), "held_out_shapes": _one_fold(held_out_shapes),
+         "held_out_family": family_folds, "leave_one_hardware_out": hardware_folds}
 
 
 # --- power surrogate (pipelines/power.py): cross-validated variants of the same grouping rule ---------------

@@ -4,6 +4,13 @@ Intervals: a calibration fold of whole shapes is carved out of the training rows
 rows), each model is fitted on the rest, and the split-conformal half-widths (global and per hardware)
 are computed on the fold (``models/conformal.py``); the held-out test rows give the reported coverage (``test/<scope>/coverage90``).
 
+Splits: ``split`` (default held_out_shapes) is the split the registered model is fitted and judged on (the champion
+decision). Every model is also scored on each split of ``eval_splits`` (``models.splits.FOLDS``: random,
+held_out_shapes, held_out_family, leave_one_hardware_out): per fold the model is refitted on the fold's training rows
+less a calibration fold of whole shapes, with ``n_estimators`` x ``eval_trees`` (the champion split, when it is random
+or held_out_shapes, reuses the registered fit); the folds' test predictions are pooled and logged to the model's run
+as ``<split>/<metric>``.
+
     python -m pipelines.run                 # see conf/run.yaml for what can be overridden
 """
 from __future__ import annotations
@@ -31,8 +38,8 @@ from data.store import write_dataset
 from data.workloads import SHAPE_PARAMS
 from features.tabular import TabularFeaturizer
 from models.conformal import calibrate, calibrate_by_group, coverage_by_hardware, halfwidths, interval
-from models.evaluate import evaluate
-from models.splits import SPLITS
+from models.evaluate import evaluate, regression_metrics, smape, within_group_kendall
+from models.splits import FOLDS, SPLITS, held_out_shapes
 from pipelines import tracking
 
 log = logging.getLogger(__name__)
@@ -69,14 +76,19 @@ def run(cfg: DictConfig) -> dict:
     X = TabularFeaturizer(registry).transform(ok)
     y = ok[target].to_numpy(float)
 
-    # 3. split: held-out shapes; then a calibration fold of whole shapes out of the training rows
+    # 3. split (held-out shapes by default); then a calibration fold of whole shapes out of the training rows
+    for name in [cfg.split.name, *cfg.eval_splits]:
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; known: {', '.join(SPLITS)}")
     split = SPLITS[cfg.split.name]
     train, test = split(ok, test_size=cfg.split.test_size, seed=cfg.split.seed)
-    fit_pos, cal_pos = split(ok.iloc[train], test_size=cfg.interval.calibration_size, seed=cfg.split.seed)
+    fit_pos, cal_pos = held_out_shapes(ok.iloc[train], test_size=cfg.interval.calibration_size, seed=cfg.split.seed)
     fit, cal = train[fit_pos], train[cal_pos]
     console.print(f"split {cfg.split.name}: {len(fit)} fit + {len(cal)} calibration rows "
                   f"({ok.loc[cal, 'shape_id'].nunique()} shapes), {len(test)} test rows "
                   f"({ok.loc[test, 'shape_id'].nunique()} held-out shapes)")
+    folds = {s: FOLDS[s](ok, test_size=cfg.split.test_size, seed=cfg.split.seed) for s in cfg.eval_splits}
+    reuse = _reuses_registered_fit(cfg)
     split_id = tracking.split_identity(cfg.split.name, cfg.split.seed, cfg.split.test_size, digest,
                                        ok.loc[test, "shape_id"])
 
@@ -109,8 +121,15 @@ def run(cfg: DictConfig) -> dict:
             dataset=rows, dataset_source=str(dataset_path), dataset_digest=digest, fit_seconds=fit_s,
             interval={"level": level, "log_halfwidth": q, "by_hardware": q_hw, "n": float(len(cal))}, split=split_id)
         _tag_sweep_trial(name)
+        splits = {}
+        for s in cfg.eval_splits:
+            if s == reuse:  # the registered fit, on the champion split's test rows
+                splits[s] = split_metrics(ok.loc[test], y[test], pred, lo, hi, cov_key) | {"folds": 1.0}
+            else:
+                splits[s] = _score_folds(model_cfg, float(cfg.eval_trees), folds[s], ok, X, y, cfg, cov_key)
+        _log_split_metrics(splits)
         results[name] = {"metrics": metrics, "model_uri": model_uri, "fit_seconds": fit_s, "log_halfwidth": q,
-                         "test_frame": test_frame}
+                         "test_frame": test_frame, "splits": splits}
         log.info("%s: held-out MAPE %.1f%%, %s %.2f", name, metrics["all"]["mape"], cov_key, metrics["all"][cov_key])
 
     # 7. register the best model; the alias moves only if it beats the champion on this held-out split
@@ -128,6 +147,60 @@ def run(cfg: DictConfig) -> dict:
             "decision": decision.reason, "tracking_uri": uri,
             "dataset": str(dataset_path), "dataset_sha256": digest, "wall_seconds": wall,
             "hardware": registry.ids}
+
+
+def split_metrics(rows: pd.DataFrame, y, pred, lo, hi, cov_key: str = "coverage90") -> dict[str, float]:
+    """One split's pooled test metrics: MAPE, MedAPE, SMAPE, R^2 (log10), Kendall tau overall and within each
+    (op, hardware) group (``models.evaluate.within_group_kendall``), interval coverage."""
+    y, pred = np.asarray(y, float), np.asarray(pred, float)
+    groups = rows["op"].astype(str).to_numpy() + "@" + rows["hardware"].astype(str).to_numpy()
+    out = regression_metrics(y, pred)
+    out["smape"] = smape(y, pred)
+    out["group_kendall_tau"] = within_group_kendall(groups, y, pred)
+    out[cov_key] = float(np.mean((y >= lo) & (y <= hi)))
+    return out
+
+
+def _reuses_registered_fit(cfg: DictConfig) -> str | None:
+    """The eval split whose one fold is the champion split itself (random, held_out_shapes): scored by the registered
+    fit. A multi-fold eval split (held_out_family, leave_one_hardware_out) always runs its folds."""
+    name = cfg.split.name
+    return name if name in cfg.eval_splits and name in ("random", "held_out_shapes") else None
+
+
+def _fewer_trees(model_cfg: DictConfig, fraction: float) -> DictConfig:
+    """A copy of a model config with ``n_estimators`` (its own or its ``base``'s) x ``fraction`` (at least 10)."""
+    cfg = model_cfg.copy()
+    for node in (cfg, cfg.get("base")):
+        if node is not None and "n_estimators" in node and fraction != 1:
+            node.n_estimators = max(10, round(int(node.n_estimators) * fraction))
+    return cfg
+
+
+def _score_folds(model_cfg, trees: float, folds, ok, X, y, cfg, cov_key: str) -> dict[str, float]:
+    """Refit per fold (less a calibration fold of whole shapes), pool the folds' test predictions and intervals."""
+    level = float(cfg.interval.level)
+    idx, preds, los, his = [], [], [], []
+    for _, tr, te in folds:
+        fit_pos, cal_pos = held_out_shapes(ok.iloc[tr], test_size=cfg.interval.calibration_size, seed=cfg.split.seed)
+        fit, cal = tr[fit_pos], tr[cal_pos]
+        model = instantiate(_fewer_trees(model_cfg, trees)).fit(X.iloc[fit], y[fit])
+        pred_cal = model.predict(X.iloc[cal])
+        q, q_hw = calibrate(y[cal], pred_cal, level), calibrate_by_group(ok.loc[cal, "hardware"], y[cal], pred_cal, level)
+        pred = model.predict(X.iloc[te])
+        lo, hi = interval(pred, halfwidths(ok.loc[te, "hardware"], q, q_hw))
+        idx.append(te), preds.append(pred), los.append(lo), his.append(hi)
+    te = np.concatenate(idx)
+    out = split_metrics(ok.iloc[te], y[te], np.concatenate(preds), np.concatenate(los), np.concatenate(his), cov_key)
+    return out | {"folds": float(len(folds))}
+
+
+def _log_split_metrics(splits: dict[str, dict[str, float]]) -> None:
+    """Log ``<split>/<metric>`` to the model's just-ended MLflow run (the one ``tracking.log_model_run`` made)."""
+    run = mlflow.last_active_run()
+    metrics = [mlflow.entities.Metric(f"{s}/{k}", float(v), int(time.time() * 1000), 0)
+               for s, values in splits.items() for k, v in values.items() if np.isfinite(v)]
+    mlflow.MlflowClient().log_batch(run.info.run_id, metrics=metrics)
 
 
 def _tag_sweep_trial(name: str) -> None:
@@ -157,6 +230,25 @@ def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: trac
                           f"{m['mape']:.1f}", f"{m['medape']:.1f}", f"{m.get('r2_log', np.nan):.3f}",
                           f"{m.get('kendall_tau', np.nan):.3f}", f"{100 * m[cov_key]:.0f}", end_section=(scope == list(res["metrics"])[-1]))
     console.print(table)
+    splits = list(cfg.eval_splits)
+    if splits:
+        trees = float(cfg.eval_trees)
+        reuse = _reuses_registered_fit(cfg)
+        note = (f"; {reuse}: the registered fit" if reuse else "") + \
+            ("" if trees == 1 else f"; {'other splits' if reuse else 'every split'} refit with n_estimators x {trees:g}")
+        table = Table(title=f"every split: pooled test rows of each split's folds{note}; "
+                            f"τ within (op, hardware)", show_lines=False)
+        for col in ("model", "split", "folds", "n", "MAPE %", "MedAPE %", "SMAPE %", "R² (log)", "τ within",
+                    f"cover {cov_key[8:]}%"):
+            table.add_column(col, justify="left" if col in ("model", "split") else "right")
+        for name, res in results.items():
+            for s in splits:
+                m = res["splits"][s]
+                table.add_row(name if s == splits[0] else "", s + (" (champion split)" if s == reuse else ""),
+                              f"{m['folds']:.0f}", f"{m['n']:.0f}", f"{m['mape']:.1f}", f"{m['medape']:.1f}",
+                              f"{m['smape']:.1f}", f"{m.get('r2_log', np.nan):.3f}",
+                              f"{m['group_kendall_tau']:.3f}", f"{100 * m[cov_key]:.0f}", end_section=(s == splits[-1]))
+        console.print(table)
     name, alias = cfg.register.name, cfg.register.alias
     console.print(f"* registered {best!r} as {name} version {decision.version}; alias @{alias}: {decision.reason}"
                   f"  (wall time {wall:.0f} s)\n", soft_wrap=True)

@@ -9,11 +9,13 @@ from data.sweep import random_sweep
 from features.tabular import TabularFeaturizer
 from models.base import CostModel, load_model
 from models.evaluate import evaluate
+from models.residual import ResidualModel
 from models.roofline import RooflineModel
 from models.splits import held_out_shapes
 from models.tree import RandomForestModel, XGBoostModel
 
-MODELS = [lambda: RandomForestModel(n_estimators=50), lambda: XGBoostModel(n_estimators=100), RooflineModel]
+MODELS = [lambda: RandomForestModel(n_estimators=50), lambda: XGBoostModel(n_estimators=100), RooflineModel,
+          lambda: ResidualModel(base={"kind": "xgb", "n_estimators": 100})]
 
 
 @pytest.fixture(scope="module")

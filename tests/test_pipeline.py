@@ -20,11 +20,13 @@ def test_default_config_composes():
     assert set(cfg.model) == {"rf", "xgb", "roofline"}
     assert {"A100-PCIe-40GB", "H100-SXM", "L4", "T4", "V100-PCIe-32GB"} <= set(cfg.collect.sim.hardware)
     assert cfg.split.name == "held_out_shapes" and cfg.mlflow.tracking_uri is None
+    assert list(cfg.eval_splits) == ["random", "held_out_shapes", "held_out_family", "leave_one_hardware_out"]
 
 
 def test_main_job_tracks_registers_and_serves(tiny_run):
     out, uri = tiny_run["out"], tiny_run["uri"]
     assert "registered" in tiny_run["stdout"] and "mlflow ui --backend-store-uri" in tiny_run["stdout"]
+    assert "every split" in tiny_run["stdout"] and "leave_one_hardware_out" in tiny_run["stdout"]
     [dataset] = list((out / "datasets").glob("*.parquet"))
     rows = read_dataset(dataset)  # validates against the schema
     assert {"cpu", "sim-roofline"} == set(rows["backend"])
@@ -46,6 +48,14 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
         arts = {a.path for a in client.list_artifacts(r.info.run_id, "eval")}
         assert {"eval/parity.png", "eval/error_cdf.png", "eval/heldout_predictions.csv"} <= arts
         assert len(r.inputs.dataset_inputs) == 1
+        # every split of eval_splits, pooled over its folds, in the same run
+        for split in ("random", "held_out_shapes", "held_out_family", "leave_one_hardware_out"):
+            for k in ("mape", "medape", "smape", "r2_log", "group_kendall_tau", "coverage90", "folds", "n"):
+                assert f"{split}/{k}" in m, f"{split}/{k}"
+        assert m["held_out_shapes/mape"] == pytest.approx(m["test/all/mape"])  # the champion split: the registered fit
+        assert m["leave_one_hardware_out/folds"] == rows["hardware"].nunique() == 3
+        assert m["held_out_family/folds"] == rows["family"].nunique() == 5
+        assert m["leave_one_hardware_out/n"] == m["held_out_family/n"] == (rows["status"] == "ok").sum()
     # the best run (lowest held-out MAPE) is the champion
     best = min(runs, key=lambda r: r.data.metrics["test/all/mape"])
     mv = client.get_model_version_by_alias("costmodel-runtime", "champion")
