@@ -11,7 +11,8 @@ Model (per graph):
                                                             along def-use and nesting edges AND their reverses
     readout = "anchored" (default):
       g_v   = B tanh(head_g(h_v) / B)                       bounded log-correction, |g_v| < B (``bound``)
-      c_v   = exp(a) R_v exp(g_v)  +  exp(b) K_v 2 sigmoid(head_o(h_v))
+      o_v   = B tanh(head_o(h_v) / B)                       bounded log-overhead factor, |o_v| < B
+      c_v   = exp(a) R_v exp(g_v)  +  exp(b) K_v exp(o_v)
               R_v = roofline_v = max(FLOPs_v / peak, bytes_v / bandwidth)   (Williams et al. 2009)
               K_v = 1 if node v launches work (not a view / constant / control / scalar body op)
     readout = "free" (the earlier model, kept for comparison):
@@ -23,11 +24,13 @@ from ``indexing_maps`` + shapes, x arithmetic ops of the body; operand + result 
 are learned global log-scales initialised by a relative non-negative least-squares fit of
 y ~ a sum R + b sum K on the training graphs (:func:`anchor_fit`), and the heads start at zero, so the
 untrained model IS the calibrated roofline and training only learns a per-node correction within a
-factor exp(+-B) and a per-kernel overhead within (0, 2 exp(b)). An op kind never seen in training (a
+factor exp(+-B) and a per-kernel overhead within exp(b +- B); the optional penalty ``shrink`` x
+mean(g_v^2 + o_v^2) over kernel nodes pulls both towards the anchor. An op kind never seen in training (a
 conv when training saw only matmuls) therefore still costs about its roofline, scaled by what the
 network learned for nodes that look like it (same op class, similar intensity), instead of an
 unanchored number: this is what lets the model transfer to held-out architectures. Normalised inputs
-are clipped to +-6 and feature stds floored at 0.1, so unseen one-hot columns cannot blow up h.
+are clipped to +-6, feature stds floored at 0.1, and columns constant in training (an op class or
+element type no training graph has) are ignored, so unseen values cannot blow up h.
 
 The sum readout of per-node costs follows the learned TPU cost model of Kaufman et al. (2021, "A
 Learned Performance Model for Tensor Processing Units", MLSys: GNN node embeddings -> per-node
@@ -47,7 +50,15 @@ import numpy as np
 from models.base import CostModel, check_targets
 
 
-STD_FLOOR = 0.1  # feature std floor: a one-hot column constant in training does not scale by 1000 at test time
+STD_FLOOR = 0.1  # feature std floor: a rare one-hot column does not scale by 1000 at test time
+IGNORE = 1e12    # the "std" of a column constant in training: it normalises to 0, whatever it holds later
+
+
+def _scale(v):
+    """Per-column normalisation scale: the std floored at STD_FLOOR, and IGNORE for columns constant in
+    training (nothing was learned from them, so an op type or dtype never seen cannot move the model)."""
+    std = v.std(0)
+    return std.clamp_min(STD_FLOOR).masked_fill(std < 1e-6, IGNORE)
 
 
 def _check_graphs(X, y=None):
@@ -75,7 +86,7 @@ def _net(n_node: int, n_hw: int, hidden: int, layers: int, conv: str, heads: int
 
     def head(zero: bool):
         h = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
-        if zero:  # start at the analytic anchor: g = 0, overhead gate = 1/2
+        if zero:  # start at the analytic anchor: g = 0, overhead factor exp(o) = 1
             nn.init.zeros_(h[2].weight), nn.init.zeros_(h[2].bias)
         return h
 
@@ -90,6 +101,7 @@ def _net(n_node: int, n_hw: int, hidden: int, layers: int, conv: str, heads: int
             self.convs = nn.ModuleList(make_conv() for _ in range(layers))
             self.head = head(readout == "anchored")
             self.log_scale = nn.Parameter(torch.zeros(()))
+            self.last_g = None
             if readout == "anchored":
                 self.overhead_head = head(True)
                 self.log_overhead = nn.Parameter(torch.zeros(()))
@@ -111,7 +123,10 @@ def _net(n_node: int, n_hw: int, hidden: int, layers: int, conv: str, heads: int
             if readout == "free":
                 return torch.nn.functional.softplus(self.head(h).squeeze(-1)) * torch.exp(self.log_scale)
             g = bound * torch.tanh(self.head(h).squeeze(-1) / bound)          # bounded log-correction
-            gate = 2 * torch.sigmoid(self.overhead_head(h).squeeze(-1))        # in (0, 2)
+            o = bound * torch.tanh(self.overhead_head(h).squeeze(-1) / bound)  # bounded log-overhead factor
+            k = data.kernel > 0
+            self.last_g = torch.cat([g[k], o[k]])
+            gate = torch.exp(o)
             return (torch.exp(self.log_scale + g) * data.roofline_ms
                     + torch.exp(self.log_overhead) * gate * data.kernel)
 
@@ -141,7 +156,7 @@ def anchor_fit(roofline_sum: np.ndarray, kernels: np.ndarray, y: np.ndarray) -> 
     return max(a, 1e-2 * a0), max(b, 1e-2 * b0)
 
 
-def _lightning_module(net, lr: float, weight_decay: float):
+def _lightning_module(net, lr: float, weight_decay: float, shrink: float = 0.0):
     import lightning as L
     import torch
 
@@ -153,6 +168,8 @@ def _lightning_module(net, lr: float, weight_decay: float):
         def training_step(self, batch, _idx):
             pred = self.net(batch)
             loss = torch.mean((torch.log(pred) - torch.log(batch.y)) ** 2)
+            if shrink and self.net.last_g is not None:  # pull the log-corrections towards the anchor (g = 0)
+                loss = loss + shrink * torch.mean(self.net.last_g ** 2)
             self.log("train_loss", loss, batch_size=batch.num_graphs, prog_bar=False)
             return loss
 
@@ -184,13 +201,14 @@ class GNNModel(CostModel):
     ``conv``: ``sage`` (GraphSAGE, mean aggregation) or ``gatv2`` (GATv2, ``heads`` attention heads, edge
     kinds as edge features). ``readout``: ``anchored`` (roofline x bounded learned correction +
     bounded per-kernel overhead) or ``free`` (softplus per-node cost, no physics). ``bound``: the
-    largest |log-correction| g of the anchored readout."""
+    largest |log-correction| g of the anchored readout; ``shrink``: weight of the penalty mean(g_v^2)
+    over kernel nodes added to the loss (pulls the model towards its roofline anchor)."""
 
     name = "gnn"
 
     def __init__(self, hidden: int = 64, layers: int = 3, epochs: int = 200, lr: float = 3e-3,
                  weight_decay: float = 1e-4, batch_size: int = 32, seed: int = 0, conv: str = "sage",
-                 heads: int = 4, readout: str = "anchored", bound: float = 2.0):
+                 heads: int = 4, readout: str = "anchored", bound: float = 2.0, shrink: float = 0.0):
         if conv not in ("sage", "gatv2"):
             raise ValueError(f"conv must be 'sage' or 'gatv2', got {conv!r}")
         if readout not in ("anchored", "free"):
@@ -210,6 +228,7 @@ class GNNModel(CostModel):
         self.heads = heads
         self.readout = readout
         self.bound = bound
+        self.shrink = shrink
 
     def _build(self, n_node: int, n_hw: int):
         import torch
@@ -226,8 +245,8 @@ class GNNModel(CostModel):
         X, y = _check_graphs(X, y)
         net = self._build(X[0].x.shape[1], X[0].u.shape[1])
         xs, us = torch.cat([g.x for g in X]), torch.cat([g.u for g in X])
-        net.x_mean.copy_(xs.mean(0)), net.x_std.copy_(xs.std(0).clamp_min(STD_FLOOR))
-        net.u_mean.copy_(us.mean(0)), net.u_std.copy_(us.std(0).clamp_min(STD_FLOOR) if len(X) > 1 else torch.ones_like(net.u_std))
+        net.x_mean.copy_(xs.mean(0)), net.x_std.copy_(_scale(xs))
+        net.u_mean.copy_(us.mean(0)), net.u_std.copy_(_scale(us) if len(X) > 1 else torch.ones_like(net.u_std))
         with torch.no_grad():
             if self.readout == "anchored":
                 # start AT the calibrated roofline: y ~ a * sum roofline + b * kernel count
@@ -243,7 +262,7 @@ class GNNModel(CostModel):
             d.y = torch.tensor([t], dtype=torch.float32)
             data.append(d)
         loader = DataLoader(data, batch_size=self.batch_size, shuffle=True)
-        trainer(self.epochs, self.seed).fit(_lightning_module(net, self.lr, self.weight_decay), loader)
+        trainer(self.epochs, self.seed).fit(_lightning_module(net, self.lr, self.weight_decay, self.shrink), loader)
         net.eval()
         return self
 

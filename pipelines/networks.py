@@ -141,6 +141,10 @@ def evaluate(nets: pd.DataFrame, lay: pd.DataFrame, registry: HardwareRegistry, 
         gnn = GNNModel(**{**OmegaConf.to_container(cfg.gnn), **epochs, "seed": cfg.seed})
         preds["gnn"] = gnn.fit([graphs[i] for i in tr], y[tr]).predict([graphs[i] for i in te])
         fit_s["gnn"], t0 = time.perf_counter() - t0, time.perf_counter()
+        for variant, over in (cfg.get("gnn_variants") or {}).items():  # e.g. gnn_gatv2: {conv: gatv2}
+            m = GNNModel(**{**OmegaConf.to_container(cfg.gnn), **OmegaConf.to_container(over), **epochs, "seed": cfg.seed})
+            preds[variant] = m.fit([graphs[i] for i in tr], y[tr]).predict([graphs[i] for i in te])
+            fit_s[variant], t0 = time.perf_counter() - t0, time.perf_counter()
         tf = TransformerModel(**{**OmegaConf.to_container(cfg.transformer), **epochs, "seed": cfg.seed})
         preds["token_transformer"] = tf.fit([tokens[i] for i in tr], y[tr]).predict([tokens[i] for i in te])
         fit_s["token_transformer"], t0 = time.perf_counter() - t0, time.perf_counter()
@@ -155,7 +159,7 @@ def evaluate(nets: pd.DataFrame, lay: pd.DataFrame, registry: HardwareRegistry, 
         a, b = anchor_fit(roof[tr], kernels[tr], y[tr])
         preds["roofline_fit"], fit_s["roofline_fit"] = a * roof[te] + b * kernels[te], time.perf_counter() - t0
         preds["measured_layer_sum"], fit_s["measured_layer_sum"] = layer_sum(nets.iloc[te], measured), 0.0
-        for model in MODELS:
+        for model in [*MODELS[:1], *(cfg.get("gnn_variants") or {}), *MODELS[1:]]:
             m = regression_metrics(y[te], preds[model])
             rows.append({"split": name, "model": model, "n_train": len(tr), "n_test": len(te),
                          "mape": m["mape"], "medape": m["medape"], "fit_s": fit_s[model]})
