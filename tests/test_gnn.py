@@ -147,6 +147,17 @@ module {
 """
 
 
+@pytest.mark.parametrize("name,cls", [("linalg.conv_2d_nhwc_hwcf", "contraction"), ("linalg.matmul", "contraction"),
+                                      ("linalg.depthwise_conv_2d_nchw_chw", "contraction"),
+                                      ("linalg.pooling_nchw_max", "reduction"), ("stablehlo.convert", "elementwise"),
+                                      ("linalg.transpose", "data_movement"), ("tensor.collapse_shape", "view_constant"),
+                                      ("func.return", "control")])
+def test_op_classes_of_names(name, cls):
+    from features.mlir.graph import OpNode, op_class
+
+    assert op_class(OpNode(0, name, name.split(".")[0], [], [], [])) == cls
+
+
 def test_generic_iteration_space_flops_bytes_and_roofline():
     from data.hardware import HardwareRegistry
     from features.encoders import GraphEncoder, roofline_ms

@@ -360,8 +360,10 @@ def op_class(n: OpNode, g: OpGraph | None = None) -> str:
         return "fill"
     if name in _MOVES:
         return "data_movement"
-    if name in _CONTRACTIONS or "conv" in name or name.startswith("linalg.pooling"):
-        return "reduction" if name.startswith("linalg.pooling") else "contraction"
+    if name.startswith("linalg.pooling"):
+        return "reduction"
+    if name in _CONTRACTIONS or name.startswith(("linalg.conv", "linalg.depthwise_conv")):
+        return "contraction"
     if name in _REDUCTIONS:
         return "reduction"
     if "reduction" in n.iterator_types:
