@@ -278,6 +278,10 @@ class GNNModel(CostModel):
 
         X, _ = _check_graphs(X)
         net = self.net
+        widths = {int(g.x.shape[1]) for g in X}
+        if widths != {self.dims_[0]}:
+            raise ValueError(f"graphs have {sorted(widths)} node features, the model was fitted on {self.dims_[0]}: "
+                             "encode with the GraphEncoder settings used in training (op_names)")
         net.eval()
         out = []
         with torch.no_grad():

@@ -88,6 +88,8 @@ def test_gnn_fit_predict_save_load(tmp_path, conv):
     assert pred[2] > pred[0] and pred[11] > pred[9]
     loaded = load_model(model.save(tmp_path / "gnn"))
     np.testing.assert_allclose(loaded.predict(graphs), pred, rtol=1e-6)
+    with pytest.raises(ValueError, match="node features"):
+        loaded.predict([GraphEncoder(op_names=False).encode(CHAINS[0])])
 
 
 def test_gnn_bad_input():
