@@ -2,7 +2,8 @@
 
 A network is an ``nn.Module`` built only from *leaf modules that are ops of* :mod:`data.workloads`
 (``Linear`` -> ``linear``, ``Conv2d`` -> ``conv2d``, ``LayerNorm`` -> ``layernorm``, ``ReLU``/``GELU`` ->
-``relu``/``gelu``, :class:`Add` -> ``add``, :class:`Attention` -> ``sdpa``, :class:`MeanPool` -> ``mean``).
+``relu``/``gelu``, :class:`Add` -> ``add``, :class:`Mul` -> ``mul``, :class:`Attention` -> ``sdpa``,
+:class:`MeanPool` -> ``mean``).
 The network row runs that module; :func:`layers` runs the *same* module on ``meta`` tensors with a forward
 hook on every leaf and records each leaf's op and shape in our conventions. So a network row and its layer
 rows share one code path: change a network and both follow. Views/reshapes/transposes between layers are
@@ -17,6 +18,13 @@ Networks and their shape parameters:
   width]: LN -> Linear(width, 3 width) -> SDPA(heads, head_dim = width/heads, non-causal) -> Linear(width,
   width) -> residual Add -> LN -> Linear(width, 4 width) -> GELU -> Linear(4 width, width) -> residual Add
   (the GPT-2 / ViT block layout, without dropout).
+* ``resnet(batch, width, depth, h)``: input [batch, 3, h, h]; stem Conv2d(3, width, 3, padding 1) + ReLU;
+  ``depth`` basic residual blocks at constant width and resolution (He et al. 2016 without batch norm):
+  Conv2d(width, width, 3, padding 1) -> ReLU -> Conv2d(width, width, 3, padding 1) -> Add(x, .) -> ReLU;
+  global mean; Linear(width, 10).
+* ``gated_mlp(batch, width, depth)``: input [batch, width]; ``depth`` residual GeGLU feed-forward blocks
+  (Shazeer 2020, "GLU Variants Improve Transformer"): x + Linear(2 width, width)(GELU(Linear(width, 2
+  width) x) * Linear(width, 2 width) x).
 """
 from __future__ import annotations
 
@@ -32,6 +40,13 @@ class Add(nn.Module):
 
     def forward(self, x, y):
         return x + y
+
+
+class Mul(nn.Module):
+    """Elementwise product (a GLU gate), its own leaf so it appears as a ``mul`` layer."""
+
+    def forward(self, x, y):
+        return x * y
 
 
 class Attention(nn.Module):
@@ -105,6 +120,48 @@ class Transformer(nn.Module):
         return self.blocks(x)
 
 
+class ResBlock(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(width, width, 3, padding=1), nn.Conv2d(width, width, 3, padding=1)
+        self.act1, self.act2, self.add = nn.ReLU(), nn.ReLU(), Add()
+
+    def forward(self, x):
+        return self.act2(self.add(x, self.conv2(self.act1(self.conv1(x)))))
+
+
+class ResNet(nn.Module):
+    def __init__(self, width: int, depth: int, classes: int = 10):
+        super().__init__()
+        self.stem, self.act = nn.Conv2d(3, width, 3, padding=1), nn.ReLU()
+        self.blocks = nn.Sequential(*[ResBlock(width) for _ in range(depth)])
+        self.pool = MeanPool()
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.pool(self.blocks(self.act(self.stem(x)))))
+
+
+class GeGLUBlock(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.gate, self.up = nn.Linear(width, 2 * width), nn.Linear(width, 2 * width)
+        self.act, self.mul = nn.GELU(), Mul()
+        self.down, self.add = nn.Linear(2 * width, width), Add()
+
+    def forward(self, x):
+        return self.add(x, self.down(self.mul(self.act(self.gate(x)), self.up(x))))
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, width: int, depth: int):
+        super().__init__()
+        self.blocks = nn.Sequential(*[GeGLUBlock(width) for _ in range(depth)])
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
 def _make(name: str, p: Mapping[str, int]) -> tuple[nn.Module, tuple[int, ...]]:
     if name == "mlp":
         return MLP(p["width"], p["depth"]), (p["batch"], p["width"])
@@ -112,6 +169,10 @@ def _make(name: str, p: Mapping[str, int]) -> tuple[nn.Module, tuple[int, ...]]:
         return CNN(p["width"], p["depth"]), (p["batch"], 3, p["h"], p["h"])
     if name == "transformer":
         return Transformer(p["width"], p["heads"], p["depth"]), (p["batch"], p["seq_len"], p["width"])
+    if name == "resnet":
+        return ResNet(p["width"], p["depth"]), (p["batch"], 3, p["h"], p["h"])
+    if name == "gated_mlp":
+        return GatedMLP(p["width"], p["depth"]), (p["batch"], p["width"])
     raise ValueError(f"unknown network {name!r}")
 
 
@@ -140,7 +201,7 @@ def _leaf_workload(mod: nn.Module, args: tuple) -> dict | None:
                                            "stride": mod.stride[0], "padding": mod.padding[0]}}
     if isinstance(mod, nn.LayerNorm):
         return {"op": "layernorm", "params": {"m": _rows(x), "n": x.shape[-1]}}
-    for cls, op in ((nn.ReLU, "relu"), (nn.GELU, "gelu"), (Add, "add")):
+    for cls, op in ((nn.ReLU, "relu"), (nn.GELU, "gelu"), (Add, "add"), (Mul, "mul")):
         if isinstance(mod, cls):
             return {"op": op, "params": {"m": _rows(x), "n": x.shape[-1]}}
     if isinstance(mod, Attention):

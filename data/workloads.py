@@ -24,7 +24,8 @@ Conventions (one for every source; importers map theirs onto these):
 * ``dense`` (family ``fpga``) an hls4ml Dense layer: input [m,k] (m = 1 sample) -> [m,n], k = d_in,
   n = d_out; the torch builder is the float reference of the layer (fixed-point width lives in ``config``)
 * networks (family ``network``), see :mod:`data.networks`: ``mlp`` (batch, width, depth), ``cnn``
-  (batch, width, depth, h), ``transformer`` (batch, seq_len, width, heads, depth);
+  (batch, width, depth, h), ``transformer`` (batch, seq_len, width, heads, depth), ``resnet`` (batch,
+  width, depth, h), ``gated_mlp`` (batch, width, depth);
   :func:`data.networks.layers` splits one into its layer workloads in the conventions above.
 
 ``flops`` is what FlopCounterMode counts (it counts matmul/conv/attention FLOPs and nothing for
@@ -189,6 +190,8 @@ OPS: dict[str, OpSpec] = {
     "mlp": OpSpec("network", ("batch", "width", "depth"), _network("mlp")),
     "cnn": OpSpec("network", ("batch", "width", "depth", "h"), _network("cnn")),
     "transformer": OpSpec("network", ("batch", "seq_len", "width", "heads", "depth"), _network("transformer")),
+    "resnet": OpSpec("network", ("batch", "width", "depth", "h"), _network("resnet")),
+    "gated_mlp": OpSpec("network", ("batch", "width", "depth"), _network("gated_mlp")),
 }
 
 

@@ -12,10 +12,17 @@ encodings are computed from that one structure, so layer chains and MLIR modules
 * **tabular** = ``features.tabular.TabularFeaturizer`` (unchanged) + ``mlir_op_<dialect>_<op>``
   counts over the fixed vocabulary :data:`OP_VOCAB` (+ ``mlir_op_other``), ``mlir_n_ops``,
   ``mlir_n_edges`` and ``mlir_available`` (0 for rows without MLIR, whose histogram is all zero).
-* **graph**: node features (:func:`node_features`): op one-hot over :data:`OP_VOCAB` + other,
-  dialect one-hot, element-type one-hot, log2 element bits, result rank, log2(1 + result numel),
-  log2(1 + numel of all operands), log2(1 + d) of the result's last 4 dims, #operands, #results,
-  #regions, nesting depth, #parallel and #reduction iterators, log2 reuse factor. Edges: SSA
+* **graph**: node features (:func:`node_features`): op one-hot over :data:`OP_VOCAB` + other
+  (optional: ``GraphEncoder(op_names=False)`` drops it), op-class one-hot over
+  :data:`features.mlir.graph.OP_CLASSES` (contraction / elementwise / reduction / data movement /
+  fill / view-constant / scalar body / control), dialect one-hot, element-type one-hot, log2 element
+  bits, result rank, log2(1 + result numel), log2(1 + numel of all operands), log2(1 + d) of the
+  result's last 4 dims, #operands, #results, #regions, nesting depth, #parallel and #reduction
+  iterators, log2 reuse factor, and the analytic cost of the node
+  (:func:`features.mlir.graph.node_cost`): log2(1 + iteration space), log2(1 + FLOPs), log2(1 + bytes),
+  log2(1 + FLOPs/byte), log2(1 + roofline ns). Per node also ``roofline_ms`` = max(FLOPs / peak,
+  bytes / bandwidth) on the sample's hardware (a 1 TFLOP/s, 100 GB/s reference machine when none is
+  given) and ``kernel`` (1 for nodes that launch work). Edges: SSA
   def-use (``edge_attr`` [1, 0]) and region nesting parent -> child ([0, 1]). Graph-level ``u``
   [1, H] = the hardware spec vector (:func:`hardware_vector`, the same numbers as the tabular
   ``hw_*`` columns) and ``hw_known`` (0 when no hardware is given, e.g. an FPGA part).
@@ -37,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from data.hardware import HardwareRegistry, HardwareSpec
-from features.mlir.graph import OpGraph, OpNode, from_layers, parse_mlir
+from features.mlir.graph import OP_CLASSES, OpGraph, OpNode, from_layers, node_costs, parse_mlir
 from features.tabular import FeatureError, TabularFeaturizer
 
 VOCAB_PATH = Path(__file__).resolve().parent / "mlir_vocab.json"
@@ -156,18 +163,36 @@ _ELEM_INDEX = {e: i for i, e in enumerate(ELEM_TYPES)}
 _OP_INDEX = {n: i for i, n in enumerate(OP_VOCAB)}
 _DIALECT_INDEX = {d: i for i, d in enumerate(DIALECTS)}
 NODE_NUMERIC = ("log2_bits", "rank", "log2_numel", "log2_operand_numel", "log2_d0", "log2_d1", "log2_d2", "log2_d3",
-                "n_operands", "n_results", "n_regions", "depth", "n_parallel", "n_reduction", "log2_reuse_factor")
-NODE_FEATURES = len(OP_VOCAB) + 1 + len(DIALECTS) + 1 + len(ELEM_TYPES) + 1 + len(NODE_NUMERIC)
+                "n_operands", "n_results", "n_regions", "depth", "n_parallel", "n_reduction", "log2_reuse_factor",
+                "log2_iterations", "log2_flops", "log2_bytes", "log2_intensity", "log2_roofline_ns")
+_CLASS_INDEX = {c: i for i, c in enumerate(OP_CLASSES)}
+OP_NAME_FEATURES = len(OP_VOCAB) + 1
+# default width (with the op-name one-hot); ``GraphEncoder(op_names=False)`` drops the first OP_NAME_FEATURES
+NODE_FEATURES = OP_NAME_FEATURES + len(OP_CLASSES) + len(DIALECTS) + 1 + len(ELEM_TYPES) + 1 + len(NODE_NUMERIC)
+# reference machine for the roofline of graphs without hardware (hw_known = 0): 1 TFLOP/s, 100 GB/s
+REFERENCE_PEAK_FLOPS, REFERENCE_BANDWIDTH = 1e12, 1e11
 
 
 def _elem_index(elem: str) -> int:
     return _ELEM_INDEX.get(elem, len(ELEM_TYPES))
 
 
-def node_features(n: OpNode) -> np.ndarray:
+def roofline_ms(flops: float, nbytes: float, peak_flops: float, bandwidth: float) -> float:
+    """Williams et al. (2009) roofline time of one op: max(FLOPs / peak, bytes / bandwidth), in ms."""
+    return 1e3 * max(flops / peak_flops, nbytes / bandwidth)
+
+
+def node_features(n: OpNode, g: OpGraph | None = None, peak_flops: float = REFERENCE_PEAK_FLOPS,
+                  bandwidth: float = REFERENCE_BANDWIDTH) -> np.ndarray:
+    """One node's feature vector (width :data:`NODE_FEATURES`; see the module docstring)."""
+    from features.mlir.graph import node_cost
+
+    cost = node_cost(n, g if g is not None else OpGraph([n], []))
     v = np.zeros(NODE_FEATURES, np.float32)
     v[_OP_INDEX.get(n.name, len(OP_VOCAB))] = 1
-    off = len(OP_VOCAB) + 1
+    off = OP_NAME_FEATURES
+    v[off + _CLASS_INDEX[cost.op_class]] = 1
+    off += len(OP_CLASSES)
     v[off + _DIALECT_INDEX.get(n.dialect, len(DIALECTS))] = 1
     off += len(DIALECTS) + 1
     main = n.results[0] if n.results else (n.operands[0] if n.operands else None)
@@ -176,21 +201,34 @@ def node_features(n: OpNode) -> np.ndarray:
     dims = list(main.shape[-4:]) if main else []
     dims = [0] * (4 - len(dims)) + dims
     reuse = n.attrs.get("reuse_factor", 1)
+    roof_ns = 1e6 * roofline_ms(cost.flops, cost.bytes, peak_flops, bandwidth)
     v[off:] = [math.log2(1 + (main.bits if main else 0)), len(main.shape) if main else 0,
                math.log2(1 + (main.numel if main else 0)), math.log2(1 + sum(t.numel for t in n.operands)),
                *(math.log2(1 + max(d, 0)) for d in dims), len(n.operands), len(n.results), n.n_regions, n.depth,
                n.iterator_types.count("parallel"), n.iterator_types.count("reduction"),
-               math.log2(reuse) if isinstance(reuse, int) and reuse > 0 else 0.0]
+               math.log2(reuse) if isinstance(reuse, int) and reuse > 0 else 0.0,
+               math.log2(1 + cost.iterations), math.log2(1 + cost.flops), math.log2(1 + cost.bytes),
+               math.log2(1 + cost.flops / cost.bytes) if cost.bytes else 0.0, math.log2(1 + roof_ns)]
     return v
 
 
 class GraphEncoder:
-    """One ``torch_geometric.data.Data`` per sample: x [N, F], edge_index [2, E], edge_attr [E, 2], u [1, H]."""
+    """One ``torch_geometric.data.Data`` per sample: x [N, F], edge_index [2, E], edge_attr [E, 2], u [1, H],
+    ``roofline_ms`` [N] (per-node analytic roofline on the sample's hardware) and ``kernel`` [N] (1 for
+    nodes that launch work: not a view, constant, control op or scalar body op).
+
+    ``op_names=False`` drops the op-name one-hot (the first :data:`OP_NAME_FEATURES` columns), leaving the
+    op classes, which transfer to op names never seen in training."""
 
     name = "graph"
 
-    def __init__(self, registry: HardwareRegistry | None = None):
+    def __init__(self, registry: HardwareRegistry | None = None, op_names: bool = True):
         self.registry = registry
+        self.op_names = bool(op_names)
+
+    @property
+    def n_features(self) -> int:
+        return NODE_FEATURES if self.op_names else NODE_FEATURES - OP_NAME_FEATURES
 
     def encode(self, source, hardware: str | None = None, dtype: str = "float32", where: str = "input"):
         import torch
@@ -205,13 +243,23 @@ class GraphEncoder:
                 spec = self.registry.get(hardware)
             except KeyError as exc:
                 raise FeatureError(f"{where}: {exc}") from None
-        x = np.stack([node_features(n) for n in g.nodes]) if g.nodes else np.zeros((0, NODE_FEATURES), np.float32)
+        peak, bw = ((spec.peak_flops(dtype), spec.bandwidth_bytes_s) if spec is not None
+                    else (REFERENCE_PEAK_FLOPS, REFERENCE_BANDWIDTH))
+        x = (np.stack([node_features(n, g, peak, bw) for n in g.nodes]) if g.nodes
+             else np.zeros((0, NODE_FEATURES), np.float32))
+        if not self.op_names:
+            x = np.ascontiguousarray(x[:, OP_NAME_FEATURES:])
+        costs = node_costs(g)
+        roof = [roofline_ms(c.flops, c.bytes, peak, bw) for c in costs]
+        kernel = [float(c.op_class not in ("view_constant", "control", "scalar_body")) for c in costs]
         pairs = [*g.edges, *g.nesting]
         kinds = [[1.0, 0.0]] * len(g.edges) + [[0.0, 1.0]] * len(g.nesting)
         edge_index = torch.tensor(pairs, dtype=torch.long).t().reshape(2, -1)
         return Data(x=torch.from_numpy(x), edge_index=edge_index,
                     edge_attr=torch.tensor(kinds, dtype=torch.float32).reshape(-1, 2),
-                    u=torch.from_numpy(hardware_vector(spec, dtype)).unsqueeze(0), num_nodes=len(g.nodes))
+                    u=torch.from_numpy(hardware_vector(spec, dtype)).unsqueeze(0),
+                    roofline_ms=torch.tensor(roof, dtype=torch.float32),
+                    kernel=torch.tensor(kernel, dtype=torch.float32), num_nodes=len(g.nodes))
 
 
 # --------------------------------------------------------------------------- tokens

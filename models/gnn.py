@@ -1,20 +1,43 @@
-"""GraphSAGE cost model over the MLIR op graph with an additive per-node readout (PyG + Lightning).
+"""Additive GNN cost model over the MLIR op graph, anchored on a per-node roofline (PyG + Lightning).
 
 ``X`` is a list of ``torch_geometric.data.Data`` from :class:`features.encoders.GraphEncoder` (node
-features ``x`` [N, F], ``edge_index``, graph-level hardware vector ``u`` [1, H]); ``y`` positive runtimes.
+features ``x`` [N, F], ``edge_index``, ``edge_attr``, graph-level hardware vector ``u`` [1, H], per-node
+analytic ``roofline_ms`` [N] and ``kernel`` [N]); ``y`` positive runtimes.
 
 Model (per graph):
 
-    h_v^0 = MLP([norm(x_v), norm(u)])                      hardware joins every node's input
-    h_v^l = h_v^{l-1} + ReLU(SAGEConv(h^{l-1})_v)          mean-aggregating GraphSAGE, residual
-    c_v   = softplus(w . h_v^L + b)                         per-node cost, > 0
-    runtime = exp(s) * sum_v c_v                            additive readout in RUNTIME space
+    h_v^0 = MLP([clip(norm(x_v)), clip(norm(u))])          hardware joins every node's input
+    h_v^l = h_v^{l-1} + ReLU(conv(h^{l-1})_v)               conv = SAGEConv (mean) | GATv2Conv; messages
+                                                            along def-use and nesting edges AND their reverses
+    readout = "anchored" (default):
+      g_v   = B tanh(head_g(h_v) / B)                       bounded log-correction, |g_v| < B (``bound``)
+      o_v   = B tanh(head_o(h_v) / B)                       bounded log-overhead factor, |o_v| < B
+      c_v   = exp(a) R_v exp(g_v)  +  exp(b) K_v exp(o_v)
+              R_v = roofline_v = max(FLOPs_v / peak, bytes_v / bandwidth)   (Williams et al. 2009)
+              K_v = 1 if node v launches work (not a view / constant / control / scalar body op)
+    readout = "free" (the earlier model, kept for comparison):
+      c_v   = exp(s) softplus(head(h_v))
+    runtime = sum_v c_v                                      additive readout in RUNTIME space
 
-The readout is a sum of positive per-node costs (not a mean, and not in log space), so a graph made of
-two disjoint copies of a subgraph predicts exactly twice one copy, and a deeper network predicts more
-than a shallower one: the structural prior that lets it extrapolate in depth (cf. the per-op additive
-cost in TVM's / TpuGraphs' learned cost models). ``s`` is a learned log-scale initialised from the training
-data (median runtime per node). The loss is MSE on ``log(runtime)``, as for the other models.
+FLOPs_v and bytes_v are read off the MLIR itself (:func:`features.mlir.graph.node_cost`: iteration space
+from ``indexing_maps`` + shapes, x arithmetic ops of the body; operand + result bytes). ``a`` and ``b``
+are learned global log-scales initialised by a relative non-negative least-squares fit of
+y ~ a sum R + b sum K on the training graphs (:func:`anchor_fit`), and the heads start at zero, so the
+untrained model IS the calibrated roofline and training only learns a per-node correction within a
+factor exp(+-B) and a per-kernel overhead within exp(b +- B); the optional penalty ``shrink`` x
+mean(g_v^2 + o_v^2) over kernel nodes pulls both towards the anchor. An op kind never seen in training (a
+conv when training saw only matmuls) therefore still costs about its roofline, scaled by what the
+network learned for nodes that look like it (same op class, similar intensity), instead of an
+unanchored number: this is what lets the model transfer to held-out architectures. Normalised inputs
+are clipped to +-6, feature stds floored at 0.1, and columns constant in training (an op class or
+element type no training graph has) are ignored, so unseen values cannot blow up h.
+
+The sum readout of per-node costs follows the learned TPU cost model of Kaufman et al. (2021, "A
+Learned Performance Model for Tensor Processing Units", MLSys: GNN node embeddings -> per-node
+values -> sum), TpuGraphs (Phothilimthana et al. 2023) and TVM's cost model (Chen et al. 2018, per
+loop-nest features + sum); the roofline anchor follows Williams, Waterman & Patterson (2009). Two
+disjoint copies of a graph predict exactly twice one copy, and deeper networks predict more. The loss
+is MSE on ``log(runtime)``, as for the other models.
 """
 from __future__ import annotations
 
@@ -27,6 +50,17 @@ import numpy as np
 from models.base import CostModel, check_targets
 
 
+STD_FLOOR = 0.1  # feature std floor: a rare one-hot column does not scale by 1000 at test time
+IGNORE = 1e12    # the "std" of a column constant in training: it normalises to 0, whatever it holds later
+
+
+def _scale(v):
+    """Per-column normalisation scale: the std floored at STD_FLOOR, and IGNORE for columns constant in
+    training (nothing was learned from them, so an op type or dtype never seen cannot move the model)."""
+    std = v.std(0)
+    return std.clamp_min(STD_FLOOR).masked_fill(std < 1e-6, IGNORE)
+
+
 def _check_graphs(X, y=None):
     from torch_geometric.data import Data
 
@@ -34,15 +68,29 @@ def _check_graphs(X, y=None):
         raise TypeError("X must be a list of torch_geometric Data graphs (features.encoders.GraphEncoder)")
     if any(g.num_nodes == 0 for g in X):
         raise ValueError("X holds a graph with no nodes")
+    missing = [k for k in ("roofline_ms", "kernel", "u", "edge_attr") if any(getattr(g, k, None) is None for g in X)]
+    if missing:
+        raise ValueError(f"X holds graphs without {', '.join(missing)}: encode them with features.encoders.GraphEncoder")
     return X, (None if y is None else check_targets(y, len(X)))
 
 
-def _net(n_node: int, n_hw: int, hidden: int, layers: int):
+def _net(n_node: int, n_hw: int, hidden: int, layers: int, conv: str, heads: int, readout: str, bound: float):
     import torch
     from torch import nn
-    from torch_geometric.nn import SAGEConv
+    from torch_geometric.nn import GATv2Conv, SAGEConv
 
-    class AdditiveSAGE(nn.Module):
+    def make_conv():
+        if conv == "sage":
+            return SAGEConv(hidden, hidden, aggr="mean")
+        return GATv2Conv(hidden, hidden // heads, heads=heads, concat=True, edge_dim=3)
+
+    def head(zero: bool):
+        h = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        if zero:  # start at the analytic anchor: g = 0, overhead factor exp(o) = 1
+            nn.init.zeros_(h[2].weight), nn.init.zeros_(h[2].bias)
+        return h
+
+    class AdditiveGNN(nn.Module):
         def __init__(self):
             super().__init__()
             self.register_buffer("x_mean", torch.zeros(n_node))
@@ -50,28 +98,65 @@ def _net(n_node: int, n_hw: int, hidden: int, layers: int):
             self.register_buffer("u_mean", torch.zeros(n_hw))
             self.register_buffer("u_std", torch.ones(n_hw))
             self.embed = nn.Sequential(nn.Linear(n_node + n_hw, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
-            self.convs = nn.ModuleList(SAGEConv(hidden, hidden, aggr="mean") for _ in range(layers))
-            self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+            self.convs = nn.ModuleList(make_conv() for _ in range(layers))
+            self.head = head(readout == "anchored")
             self.log_scale = nn.Parameter(torch.zeros(()))
+            self.last_g = None
+            if readout == "anchored":
+                self.overhead_head = head(True)
+                self.log_overhead = nn.Parameter(torch.zeros(()))
 
-        def node_costs(self, x, edge_index, u, batch):
-            xn = (x - self.x_mean) / self.x_std
-            un = ((u - self.u_mean) / self.u_std)[batch]
+        def embed_nodes(self, x, edge_index, edge_attr, u, batch):
+            xn = ((x - self.x_mean) / self.x_std).clamp(-CLIP, CLIP)
+            un = ((u - self.u_mean) / self.u_std).clamp(-CLIP, CLIP)[batch]
             h = self.embed(torch.cat([xn, un], dim=1))
-            for conv in self.convs:
-                h = h + torch.relu(conv(h, edge_index))
-            return torch.nn.functional.softplus(self.head(h).squeeze(-1)) * torch.exp(self.log_scale)
+            # messages both ways: def -> use, parent -> body, and their reverses (flag 3)
+            ei = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+            ea = torch.cat([torch.cat([edge_attr, torch.zeros_like(edge_attr[:, :1])], 1),
+                            torch.cat([edge_attr, torch.ones_like(edge_attr[:, :1])], 1)])
+            for c in self.convs:
+                h = h + torch.relu(c(h, ei) if conv == "sage" else c(h, ei, ea))
+            return h
+
+        def node_costs(self, data, batch):
+            h = self.embed_nodes(data.x, data.edge_index, data.edge_attr, data.u, batch)
+            if readout == "free":
+                return torch.nn.functional.softplus(self.head(h).squeeze(-1)) * torch.exp(self.log_scale)
+            g = bound * torch.tanh(self.head(h).squeeze(-1) / bound)          # bounded log-correction
+            o = bound * torch.tanh(self.overhead_head(h).squeeze(-1) / bound)  # bounded log-overhead factor
+            k = data.kernel > 0
+            self.last_g = torch.cat([g[k], o[k]])
+            gate = torch.exp(o)
+            return (torch.exp(self.log_scale + g) * data.roofline_ms
+                    + torch.exp(self.log_overhead) * gate * data.kernel)
 
         def forward(self, data):
             from torch_geometric.utils import scatter
 
-            c = self.node_costs(data.x, data.edge_index, data.u, data.batch)
+            c = self.node_costs(data, data.batch)
             return scatter(c, data.batch, dim=0, dim_size=data.num_graphs, reduce="sum")
 
-    return AdditiveSAGE()
+    return AdditiveGNN()
 
 
-def _lightning_module(net, lr: float, weight_decay: float):
+CLIP = 6.0  # normalised inputs are clipped to +-CLIP: an op value far outside training cannot blow up h
+
+
+def anchor_fit(roofline_sum: np.ndarray, kernels: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Non-negative (a, b) minimising sum_i ((a R_i + b K_i - y_i) / y_i)^2 (relative least squares,
+    ``scipy.optimize.nnls``): R = a graph's summed roofline, K = its kernel count; each floored at 1 %
+    of what it would be alone, so both log-scales exist."""
+    from scipy.optimize import nnls
+
+    R, K, y = (np.asarray(v, float) for v in (roofline_sum, kernels, y))
+    A = np.stack([R / y, K / y], axis=1)
+    (a, b), _ = nnls(A, np.ones(len(y)))
+    a0 = np.median(y / np.maximum(R, 1e-30))
+    b0 = np.median(y / np.maximum(K, 1.0))
+    return max(a, 1e-2 * a0), max(b, 1e-2 * b0)
+
+
+def _lightning_module(net, lr: float, weight_decay: float, shrink: float = 0.0):
     import lightning as L
     import torch
 
@@ -83,6 +168,8 @@ def _lightning_module(net, lr: float, weight_decay: float):
         def training_step(self, batch, _idx):
             pred = self.net(batch)
             loss = torch.mean((torch.log(pred) - torch.log(batch.y)) ** 2)
+            if shrink and self.net.last_g is not None:  # pull the log-corrections towards the anchor (g = 0)
+                loss = loss + shrink * torch.mean(self.net.last_g ** 2)
             self.log("train_loss", loss, batch_size=batch.num_graphs, prog_bar=False)
             return loss
 
@@ -109,12 +196,27 @@ def trainer(max_epochs: int, seed: int):
 
 
 class GNNModel(CostModel):
-    """GraphSAGE + additive readout; ``X`` = list of PyG graphs (see module docstring)."""
+    """Additive GNN cost model; ``X`` = list of PyG graphs (see module docstring).
+
+    ``conv``: ``sage`` (GraphSAGE, mean aggregation) or ``gatv2`` (GATv2, ``heads`` attention heads, edge
+    kinds as edge features). ``readout``: ``anchored`` (roofline x bounded learned correction +
+    bounded per-kernel overhead) or ``free`` (softplus per-node cost, no physics). ``bound``: the
+    largest |log-correction| g of the anchored readout; ``shrink``: weight of the penalty mean(g_v^2)
+    over kernel nodes added to the loss (pulls the model towards its roofline anchor)."""
 
     name = "gnn"
 
     def __init__(self, hidden: int = 64, layers: int = 3, epochs: int = 200, lr: float = 3e-3,
-                 weight_decay: float = 1e-4, batch_size: int = 32, seed: int = 0):
+                 weight_decay: float = 1e-4, batch_size: int = 32, seed: int = 0, conv: str = "sage",
+                 heads: int = 4, readout: str = "anchored", bound: float = 2.0, shrink: float = 0.0):
+        if conv not in ("sage", "gatv2"):
+            raise ValueError(f"conv must be 'sage' or 'gatv2', got {conv!r}")
+        if readout not in ("anchored", "free"):
+            raise ValueError(f"readout must be 'anchored' or 'free', got {readout!r}")
+        if conv == "gatv2" and hidden % heads:
+            raise ValueError(f"hidden {hidden} must be a multiple of heads {heads} for gatv2")
+        if not bound > 0:
+            raise ValueError(f"bound must be > 0, got {bound!r}")
         self.hidden = hidden
         self.layers = layers
         self.epochs = epochs
@@ -122,13 +224,18 @@ class GNNModel(CostModel):
         self.weight_decay = weight_decay
         self.batch_size = batch_size
         self.seed = seed
+        self.conv = conv
+        self.heads = heads
+        self.readout = readout
+        self.bound = bound
+        self.shrink = shrink
 
     def _build(self, n_node: int, n_hw: int):
         import torch
 
         torch.manual_seed(self.seed)
         self.dims_ = (n_node, n_hw)
-        self.net_ = _net(n_node, n_hw, self.hidden, self.layers)
+        self.net_ = _net(n_node, n_hw, self.hidden, self.layers, self.conv, self.heads, self.readout, self.bound)
         return self.net_
 
     def fit(self, X, y):
@@ -138,19 +245,24 @@ class GNNModel(CostModel):
         X, y = _check_graphs(X, y)
         net = self._build(X[0].x.shape[1], X[0].u.shape[1])
         xs, us = torch.cat([g.x for g in X]), torch.cat([g.u for g in X])
-        net.x_mean.copy_(xs.mean(0)), net.x_std.copy_(xs.std(0).clamp_min(1e-3))
-        net.u_mean.copy_(us.mean(0)), net.u_std.copy_(us.std(0).clamp_min(1e-3) if len(X) > 1 else torch.ones_like(net.u_std))
-        # start near the data: median runtime per node / softplus(0)
-        per_node = np.median(y / np.array([g.num_nodes for g in X]))
+        net.x_mean.copy_(xs.mean(0)), net.x_std.copy_(_scale(xs))
+        net.u_mean.copy_(us.mean(0)), net.u_std.copy_(_scale(us) if len(X) > 1 else torch.ones_like(net.u_std))
         with torch.no_grad():
-            net.log_scale.fill_(float(math.log(per_node / math.log(2.0))))
+            if self.readout == "anchored":
+                # start AT the calibrated roofline: y ~ a * sum roofline + b * kernel count
+                a, b = anchor_fit(np.array([float(g.roofline_ms.sum()) for g in X]),
+                                  np.array([float(g.kernel.sum()) for g in X]), y)
+                net.log_scale.fill_(math.log(a)), net.log_overhead.fill_(math.log(b))
+            else:  # start near the data: median runtime per node / softplus(0)
+                per_node = np.median(y / np.array([g.num_nodes for g in X]))
+                net.log_scale.fill_(float(math.log(per_node / math.log(2.0))))
         data = []
         for g, t in zip(X, y):
             d = g.clone()
             d.y = torch.tensor([t], dtype=torch.float32)
             data.append(d)
         loader = DataLoader(data, batch_size=self.batch_size, shuffle=True)
-        trainer(self.epochs, self.seed).fit(_lightning_module(net, self.lr, self.weight_decay), loader)
+        trainer(self.epochs, self.seed).fit(_lightning_module(net, self.lr, self.weight_decay, self.shrink), loader)
         net.eval()
         return self
 
@@ -166,6 +278,10 @@ class GNNModel(CostModel):
 
         X, _ = _check_graphs(X)
         net = self.net
+        widths = {int(g.x.shape[1]) for g in X}
+        if widths != {self.dims_[0]}:
+            raise ValueError(f"graphs have {sorted(widths)} node features, the model was fitted on {self.dims_[0]}: "
+                             "encode with the GraphEncoder settings used in training (op_names)")
         net.eval()
         out = []
         with torch.no_grad():
@@ -178,13 +294,13 @@ class GNNModel(CostModel):
         import torch
 
         with torch.no_grad():
-            return self.net.node_costs(g.x, g.edge_index, g.u, torch.zeros(g.num_nodes, dtype=torch.long)).numpy()
+            return self.net.node_costs(g, torch.zeros(g.num_nodes, dtype=torch.long)).numpy()
 
     def _save_payload(self, path: Path) -> None:
         import torch
 
         torch.save(self.net.state_dict(), path / "gnn.pt")
-        (path / "dims.json").write_text(json.dumps(list(self.dims_)))
+        (path / "dims.json").write_text(json.dumps(list(self.dims_)))  # hyper-parameters: CostModel.save
 
     def _load_payload(self, path: Path) -> None:
         import torch

@@ -4,18 +4,25 @@
     python -m pipelines.networks tiny=true       # a few networks, a few epochs
 
 1. measure every network of ``cfg.networks`` (product of the listed values per family: ``mlp``, ``cnn``,
-   ``transformer``, :mod:`data.networks`) with :class:`data.backends.cpu.CpuBackend`, and every distinct
+   ``transformer``, ``resnet``, ``gated_mlp``, :mod:`data.networks`) with :class:`data.backends.cpu.CpuBackend`, and every distinct
    layer of them (:func:`data.networks.layers`);
 2. export each network's MLIR (:func:`features.mlir.export.export_workload`) and encode it as a graph
    (:class:`features.encoders.GraphEncoder`, hardware = this CPU's detected spec) and as tokens;
 3. per split, fit on the training networks and score on the test networks (runtime_ms MAPE / MedAPE):
-   * ``held_out_<family>``: train on the other two families, test on this one (a held-out architecture);
+   * ``held_out_<family>``: train on the other families, test on this one (a held-out architecture);
    * ``deeper``: train on depth <= ``splits.deeper_than``, test on the deeper networks of every family;
-   models: ``gnn`` (:class:`models.gnn.GNNModel`), ``token_transformer``
+   * ``held_out_<group>`` (``splits.held_out_groups``): the same with several families held out at once
+     (``conv`` = cnn + resnet: no conv op in training at all);
+   * ``deeper``: train on depth <= ``splits.deeper_than``, test on the deeper networks of every family;
+   models: ``gnn`` (:class:`models.gnn.GNNModel`, roofline-anchored additive readout), ``token_transformer``
    (:class:`models.transformer.TransformerModel`), the baseline ``xgb_layer_sum`` = sum over the network's
    layers of an :class:`models.tree.XGBoostModel` trained on the tabular features of the *training
-   networks'* layers, and the reference ``measured_layer_sum`` = sum of the measured layer runtimes (no
-   model; how additive the runtime really is, and the floor of any layer-sum model);
+   networks'* layers, the analytic floor ``roofline_sum`` = sum over the graph's nodes of the per-node
+   roofline max(FLOPs / peak, bytes / bandwidth) on the detected CPU spec (no learning), ``roofline_fit`` =
+   a * roofline_sum + b * (#kernel nodes) with (a, b) >= 0 fitted on the training networks
+   (:func:`models.gnn.anchor_fit`: the GNN's starting point, so the GNN's learned part is judged against
+   it), and the reference ``measured_layer_sum`` = sum of the measured layer runtimes (no model; how
+   additive the runtime really is, and the floor of any layer-sum model);
 4. prints the table and logs one MLflow run (metrics ``<split>/<model>/<metric>``, the table as a CSV).
 """
 from __future__ import annotations
@@ -45,7 +52,7 @@ from features.encoders import GraphEncoder, TokenEncoder
 from features.mlir.export import export_workload
 from features.tabular import TabularFeaturizer
 from models.evaluate import regression_metrics
-from models.gnn import GNNModel
+from models.gnn import GNNModel, anchor_fit
 from models.transformer import TransformerModel
 from models.tree import XGBoostModel
 
@@ -59,7 +66,7 @@ logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
 warnings.filterwarnings("ignore", ".*number of training batches.*")
 
-MODELS = ("gnn", "token_transformer", "xgb_layer_sum", "measured_layer_sum")
+MODELS = ("gnn", "token_transformer", "xgb_layer_sum", "roofline_sum", "roofline_fit", "measured_layer_sum")
 
 
 def network_grid(spec: dict) -> list[dict]:
@@ -101,6 +108,10 @@ def splits(nets: pd.DataFrame, cfg: DictConfig) -> dict[str, tuple[np.ndarray, n
         for fam in sorted(nets["op"].unique()):
             test = (nets["op"] == fam).to_numpy()
             out[f"held_out_{fam}"] = (~test, test)
+    for group, fams in (cfg.splits.get("held_out_groups") or {}).items():
+        test = nets["op"].isin(list(fams)).to_numpy()
+        if test.any() and (~test).any() and not any((test == t).all() for _, t in out.values()):
+            out[f"held_out_{group}"] = (~test, test)
     if cfg.splits.deeper_than is not None:
         test = (nets["depth"] > cfg.splits.deeper_than).to_numpy()
         if test.any() and (~test).any():
@@ -113,8 +124,10 @@ def layer_sum(nets: pd.DataFrame, runtime_by_layer: dict[str, float]) -> np.ndar
 
 
 def evaluate(nets: pd.DataFrame, lay: pd.DataFrame, registry: HardwareRegistry, cfg: DictConfig) -> pd.DataFrame:
-    graphs = [GraphEncoder(registry).encode(t, hardware=h, where=f"network {i}")
-              for i, (t, h) in enumerate(zip(nets["mlir"], nets["hardware"]))]
+    encoder = GraphEncoder(registry, **OmegaConf.to_container(cfg.graph))
+    graphs = [encoder.encode(t, hardware=h, where=f"network {i}") for i, (t, h) in enumerate(zip(nets["mlir"], nets["hardware"]))]
+    roof = np.array([float(g.roofline_ms.sum()) for g in graphs])
+    kernels = np.array([float(g.kernel.sum()) for g in graphs])
     tokens = [TokenEncoder().encode(t, where=f"network {i}") for i, t in enumerate(nets["mlir"])]
     y = nets["runtime_ms"].to_numpy(float)
     layer_X = TabularFeaturizer(registry).transform(lay)
@@ -128,6 +141,10 @@ def evaluate(nets: pd.DataFrame, lay: pd.DataFrame, registry: HardwareRegistry, 
         gnn = GNNModel(**{**OmegaConf.to_container(cfg.gnn), **epochs, "seed": cfg.seed})
         preds["gnn"] = gnn.fit([graphs[i] for i in tr], y[tr]).predict([graphs[i] for i in te])
         fit_s["gnn"], t0 = time.perf_counter() - t0, time.perf_counter()
+        for variant, over in (cfg.get("gnn_variants") or {}).items():  # e.g. gnn_gatv2: {conv: gatv2}
+            m = GNNModel(**{**OmegaConf.to_container(cfg.gnn), **OmegaConf.to_container(over), **epochs, "seed": cfg.seed})
+            preds[variant] = m.fit([graphs[i] for i in tr], y[tr]).predict([graphs[i] for i in te])
+            fit_s[variant], t0 = time.perf_counter() - t0, time.perf_counter()
         tf = TransformerModel(**{**OmegaConf.to_container(cfg.transformer), **epochs, "seed": cfg.seed})
         preds["token_transformer"] = tf.fit([tokens[i] for i in tr], y[tr]).predict([tokens[i] for i in te])
         fit_s["token_transformer"], t0 = time.perf_counter() - t0, time.perf_counter()
@@ -137,8 +154,12 @@ def evaluate(nets: pd.DataFrame, lay: pd.DataFrame, registry: HardwareRegistry, 
         xgb.fit(layer_X[lmask].reset_index(drop=True), lay["runtime_ms"].to_numpy(float)[lmask])
         preds["xgb_layer_sum"] = layer_sum(nets.iloc[te], dict(zip(lay["layer_id"], xgb.predict(layer_X))))
         fit_s["xgb_layer_sum"] = time.perf_counter() - t0
+        preds["roofline_sum"], fit_s["roofline_sum"] = roof[te], 0.0
+        t0 = time.perf_counter()
+        a, b = anchor_fit(roof[tr], kernels[tr], y[tr])
+        preds["roofline_fit"], fit_s["roofline_fit"] = a * roof[te] + b * kernels[te], time.perf_counter() - t0
         preds["measured_layer_sum"], fit_s["measured_layer_sum"] = layer_sum(nets.iloc[te], measured), 0.0
-        for model in MODELS:
+        for model in [*MODELS[:1], *(cfg.get("gnn_variants") or {}), *MODELS[1:]]:
             m = regression_metrics(y[te], preds[model])
             rows.append({"split": name, "model": model, "n_train": len(tr), "n_test": len(te),
                          "mape": m["mape"], "medape": m["medape"], "fit_s": fit_s[model]})
@@ -179,6 +200,7 @@ def run(cfg: DictConfig) -> pd.DataFrame:
     with mlflow.start_run(run_name="networks"), tempfile.TemporaryDirectory() as tmp:
         mlflow.log_params({"tiny": cfg.tiny, "hardware": backend.hardware.id, "n_networks": len(nets),
                            "n_layers": len(lay), "gnn": json.dumps(OmegaConf.to_container(cfg.gnn)),
+                           "graph": json.dumps(OmegaConf.to_container(cfg.graph)),
                            "transformer": json.dumps(OmegaConf.to_container(cfg.transformer))})
         mlflow.log_metric("collect_s", collect_s)
         for r in res.itertuples():

@@ -7,7 +7,9 @@ from data.workloads import build, count_cost, family
 
 NETS = [("mlp", dict(batch=8, width=64, depth=3)),
         ("cnn", dict(batch=2, width=8, depth=3, h=32)),
-        ("transformer", dict(batch=2, seq_len=16, width=64, heads=4, depth=2))]
+        ("transformer", dict(batch=2, seq_len=16, width=64, heads=4, depth=2)),
+        ("resnet", dict(batch=2, width=8, depth=2, h=16)),
+        ("gated_mlp", dict(batch=4, width=32, depth=2))]
 
 
 @pytest.mark.parametrize("op,params", NETS)
@@ -35,6 +37,14 @@ def test_layer_shapes_follow_our_conventions():
     assert block[1]["params"] == {"m": 32, "k": 64, "n": 192}  # qkv on batch*seq tokens
     assert block[2]["params"] == dict(batch=2, heads=4, seq_len=16, head_dim=16, causal=0)
     assert block[7]["params"] == {"m": 32, "n": 256} and all(l["dtype"] == "bfloat16" for l in block)
+    res = layers("resnet", dict(batch=2, width=8, depth=1, h=16))
+    assert [l["op"] for l in res] == ["conv2d", "relu", "conv2d", "relu", "conv2d", "add", "relu", "mean", "linear"]
+    assert res[2]["params"] == dict(batch=2, c_in=8, c_out=8, h=16, w=16, kernel=3, stride=1, padding=1)
+    assert res[5]["params"] == {"m": 2 * 8 * 16, "n": 16}  # the residual add on [2, 8, 16, 16]
+    glu = layers("gated_mlp", dict(batch=4, width=32, depth=1))
+    assert [l["op"] for l in glu] == ["linear", "gelu", "linear", "mul", "linear", "add"]
+    assert glu[0]["params"] == {"m": 4, "k": 32, "n": 64} and glu[3]["params"] == {"m": 4, "n": 64}
+    assert glu[4]["params"] == {"m": 4, "k": 64, "n": 32}
 
 
 def test_network_runs_for_real_and_sdpa_matches_reference():

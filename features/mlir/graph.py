@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -252,3 +253,179 @@ def from_layers(layers: list[dict], where: str = "layers") -> OpGraph:
         if i:
             edges.append((i - 1, i))
     return OpGraph(nodes, edges, text_sha256(repr(layers)))
+
+
+# --------------------------------------------------------------------------- analytic per-node cost
+# Coarse op classes that transfer across op names (a conv never seen in training is still a contraction).
+OP_CLASSES: tuple[str, ...] = ("contraction", "elementwise", "reduction", "data_movement", "fill",
+                               "view_constant", "scalar_body", "control")
+_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "linalg.batch_matvec", "linalg.dot",
+                 "linalg.vecmat", "linalg.batch_vecmat", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b",
+                 "linalg.batch_matmul_transpose_a", "linalg.batch_matmul_transpose_b", "tosa.matmul", "tosa.conv2d",
+                 "stablehlo.dot_general", "stablehlo.convolution", "layer.dense", "layer.conv1d", "layer.conv2d")
+_VIEWS = ("arith.constant", "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape", "tensor.cast",
+          "tensor.reshape", "tosa.reshape", "tosa.const", "stablehlo.reshape", "stablehlo.constant",
+          "ml_program.global", "ml_program.global_load", "tensor.extract")
+_MOVES = ("linalg.transpose", "linalg.broadcast", "linalg.copy", "tensor.pad", "tensor.extract_slice",
+          "tensor.insert_slice", "tensor.concat", "tosa.transpose", "stablehlo.transpose", "stablehlo.broadcast_in_dim")
+_REDUCTIONS = ("linalg.reduce", "linalg.softmax", "tosa.reduce_sum", "tosa.reduce_max", "stablehlo.reduce")
+_CONTROL = ("func.func", "func.return", "func.call", "scf.for", "scf.if", "scf.yield", "linalg.yield",
+            "tensor.yield", "stablehlo.return", "linalg.index")
+# body ops that are not arithmetic (they move or index values, they compute nothing)
+_NOT_ARITH = ("arith.constant", "arith.index_cast", "arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi")
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """Analytic quantities of one node (0 for ops that launch no work)."""
+    op_class: str
+    iterations: float   # iteration-space size (product of the loop extents)
+    flops: float        # iterations x arithmetic ops in the body
+    bytes: float        # operand + result numel x element bytes (0 for views, constants and body ops)
+
+
+def _map_results(text: str) -> tuple[list[str], list[str]]:
+    """``affine_map<(d0, d1)[s0] -> (d0, 0)>`` -> (dims ``[d0, d1]``, results ``[d0, 0]``)."""
+    body = text[text.find("<") + 1:text.rfind(">")]
+    lhs, _, rhs = body.partition("->")
+    dims = lhs[lhs.find("(") + 1:lhs.find(")")]
+    res = rhs.strip()[1:-1]
+    split = lambda s: [p.strip() for p in s.split(",") if p.strip()]  # noqa: E731 (no nested commas in results)
+    return split(dims), split(res)
+
+
+def iteration_extents(n: OpNode) -> list[int] | None:
+    """Loop extents of a ``linalg.generic``-style op from ``indexing_maps`` + operand shapes, else None.
+
+    Operands are ins then outs, one map each; loop dim ``dk`` takes its extent from the first operand
+    dim whose map result is the plain ``dk`` (a dim only seen inside an expression, e.g. ``d2 * 2 + d5``,
+    is found from another operand, usually the filter; if none has it, its extent counts as 1).
+    """
+    maps = n.attrs.get("indexing_maps")
+    if not isinstance(maps, list) or len(maps) != len(n.operands):
+        return None
+    extents: dict[str, int] = {}
+    order: list[str] = []
+    for text, t in zip(maps, n.operands):
+        dims, results = _map_results(text)
+        order = order or dims
+        for r, d in zip(results, t.shape):
+            if r in dims and r not in extents and d > 0:
+                extents[r] = d
+    return [extents.get(d, 1) for d in order]
+
+
+def _body_arith(n: OpNode, g: OpGraph) -> int:
+    """Arithmetic ops (arith.* / math.*, not casts or constants) nested in ``n``'s regions."""
+    count, stack = 0, [n.index]
+    kids = _children_index(g)
+    while stack:
+        for c in kids.get(stack.pop(), ()):
+            node = g.nodes[c]
+            if node.dialect in ("arith", "math") and node.name not in _NOT_ARITH:
+                count += 1
+            stack.append(c)
+    return count
+
+
+def _children_index(g: OpGraph) -> dict[int, list[int]]:
+    cached = getattr(g, "_kids", None)
+    if cached is None:
+        cached = {}
+        for m in g.nodes:
+            if m.parent >= 0:
+                cached.setdefault(m.parent, []).append(m.index)
+        object.__setattr__(g, "_kids", cached)
+    return cached
+
+
+def _numel(ts) -> int:
+    return max((t.numel for t in ts), default=0)
+
+
+def _bytes(ts) -> float:
+    return float(sum(t.numel * max(t.bits, 8) / 8 for t in ts))
+
+
+def op_class(n: OpNode, g: OpGraph | None = None) -> str:
+    """The coarse class of a node (see :data:`OP_CLASSES`)."""
+    name = n.name
+    if name in _CONTROL:
+        return "control"
+    if g is not None and n.parent >= 0 and g.nodes[n.parent].dialect in ("linalg", "tensor") and n.depth >= 2:
+        return "scalar_body"
+    if name in _VIEWS:
+        return "view_constant"
+    if name == "linalg.fill":
+        return "fill"
+    if name in _MOVES:
+        return "data_movement"
+    if name.startswith("linalg.pooling"):
+        return "reduction"
+    if name in _CONTRACTIONS or name.startswith(("linalg.conv", "linalg.depthwise_conv")):
+        return "contraction"
+    if name in _REDUCTIONS:
+        return "reduction"
+    if "reduction" in n.iterator_types:
+        # a generic whose body multiplies and accumulates (mulf + addf) is a contraction, else a reduction
+        if g is not None:
+            body = {g.nodes[c].name for c in _children_index(g).get(n.index, ())}
+            if {"arith.mulf", "arith.addf"} <= body:
+                return "contraction"
+        return "reduction"
+    return "elementwise"
+
+
+def node_cost(n: OpNode, g: OpGraph) -> NodeCost:
+    """Iteration space, FLOPs and bytes of one node, from the MLIR alone.
+
+    * ``linalg.generic`` (and any op with ``indexing_maps``): iterations = product of
+      :func:`iteration_extents`; named linalg ops have implicit maps, so their loop nest is read off
+      the shapes: matmul-like = result numel x the first input's last dim (the reduced K), conv /
+      pooling = result numel x filter (window) numel / output channels, reduce / softmax = the input
+      numel, everything else = the largest operand/result numel;
+    * FLOPs = iterations x the arithmetic ops of the body (``linalg.matmul``'s implicit body is
+      ``mulf`` + ``addf``: 2 MNK); ops without a body count one op per iteration when elementwise,
+      2 per iteration when a contraction (``layer.dense``: 2 d_in d_out);
+    * bytes = (operand + result numel) x element bytes; views, constants, control and body ops move
+      nothing (0). ``layer.dense`` adds its d_in x d_out weights.
+    """
+    cls = op_class(n, g)
+    if cls in ("control", "scalar_body", "view_constant"):
+        return NodeCost(cls, 0.0, 0.0, 0.0)
+    name, ins = n.name, n.operands
+    ext = iteration_extents(n)
+    if ext is not None:
+        iters = float(math.prod(ext))
+    elif name.startswith("linalg.conv") or name.startswith("linalg.depthwise") or name.startswith("linalg.pooling"):
+        # filter / window numel per output element: pooling windows whole, channel-first filters
+        # ([F, C, KH, KW], depthwise [C, KH, KW]) over their first dim, channel-last over their last
+        out, filt = _numel(n.results), (ins[1] if len(ins) > 1 else None)
+        per_out = filt.numel if filt is not None else 1
+        if filt is not None and filt.shape and not name.startswith("linalg.pooling"):
+            per_out //= max(filt.shape[0] if ("fchw" in name or "nchw" in name) else filt.shape[-1], 1)
+        iters = float(out * max(per_out, 1))
+    elif cls == "contraction" and name.startswith("linalg.") and ins and ins[0].shape:
+        iters = float(max(_numel(n.results), 1) * max(ins[0].shape[-1], 1))
+    elif name == "layer.dense" and ins and n.results:
+        iters = float(ins[0].numel * n.results[0].numel)
+    elif cls == "reduction" and ins:
+        iters = float(ins[0].numel)
+    else:
+        iters = float(max(_numel(n.results), _numel(ins)))
+    body = _body_arith(n, g)
+    if body == 0 and n.n_regions == 0:
+        body = 2 if cls == "contraction" else (1 if cls in ("elementwise", "reduction") else 0)
+    nbytes = _bytes(ins) + _bytes(n.results)
+    if name == "layer.dense" and ins and n.results:
+        nbytes += ins[0].numel * n.results[0].numel * max(ins[0].bits, 1) / 8
+    return NodeCost(cls, iters, iters * body, nbytes)
+
+
+def node_costs(g: OpGraph) -> list[NodeCost]:
+    """:func:`node_cost` of every node (cached on the graph)."""
+    cached = getattr(g, "_costs", None)
+    if cached is None:
+        cached = [node_cost(n, g) for n in g.nodes]
+        object.__setattr__(g, "_costs", cached)
+    return cached
