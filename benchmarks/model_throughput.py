@@ -14,9 +14,9 @@ figures are the model's ``predict`` on a ready feature frame, not featurization 
 (``benchmarks/predict_throughput.py`` measures the served pyfunc).
 
 Models: every model in conf/model (rf, xgb, roofline, with their configured hyper-parameters) plus
-``residual`` = ``models.power.ResidualModel`` over the ``roofline_ms`` column (XGBoost on
-log(actual / roofline)). ``models.classify.BoundedLog1pModel`` (FPGA resources) needs wa-hls4ml
-features and is not timed here.
+``residual`` = ``models.residual.ResidualModel`` over the ``roofline_ms`` column (XGBoost on
+log(actual / roofline), conf/model/xgb_residual.yaml). The multi-target FPGA resource model needs
+wa-hls4ml features and is timed by ``benchmarks/multi_target.py``.
 
 Timing: training = median over ``--repeats`` fits of wall time. Prediction: per repeat a batch is
 predicted until ``--min-time`` seconds have passed; time per call = wall time / calls; printed is the
@@ -51,7 +51,6 @@ from hydra.utils import instantiate  # noqa: E402
 from data.collect import collect_from_config  # noqa: E402
 from data.hardware import HardwareRegistry  # noqa: E402
 from features.tabular import TabularFeaturizer  # noqa: E402
-from models.power import ResidualModel  # noqa: E402
 from timing import timed  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 
@@ -72,7 +71,7 @@ def main() -> None:
         return whole_networks(args.models, args)
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("run", overrides=["collect.cpu.enabled=false", "progress=false", "model=[rf,xgb,roofline]",
+        cfg = compose("run", overrides=["collect.cpu.enabled=false", "progress=false", "model=[rf,xgb,roofline,xgb_residual]",
                                         *args.overrides])
     registry = HardwareRegistry.from_dir()
     rows, _ = collect_from_config(cfg.collect, registry, progress=False)
@@ -84,7 +83,7 @@ def main() -> None:
     frames = {b: X_big.iloc[:b] for b in args.batches}
 
     factories = {name: (lambda c=cfg.model[name]: instantiate(c)) for name in cfg.model}
-    factories["residual"] = lambda: ResidualModel(base_column="roofline_ms", random_state=int(cfg.seed))
+    factories["residual"] = factories.pop("xgb_residual")
     unknown = [m for m in args.models if m not in factories and m not in NN_MODELS]
     if unknown:
         raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(factories)}")

@@ -17,10 +17,11 @@ Models (all read the columns of ``features.tabular.PowerFeaturizer``):
   utilisation-driven dynamic power capped at TDP; tile/wave-quantised roofline runtime), read from the
   ``analytical_power_w`` / ``analytical_runtime_ms`` feature columns.
 * ``xgb``: XGBoost on the tabular features (log target). Runtime: :class:`models.tree.XGBoostModel` on
-  ``log(runtime_ms)``. Power: on ``log(power_w / tdp_w)`` (a :class:`ResidualModel` over the spec's board
-  limit), prediction = TDP x exp(.): with one measured GPU every spec column is constant in training, so
+  ``log(runtime_ms)``. Power: on ``log(power_w / tdp_w)`` (``XGBoostModel(base_columns="hw_tdp_w")``, a
+  residual over the spec's board limit), prediction = TDP x exp(.): with one measured GPU every spec column is constant in training, so
   trees on absolute watts would give a 72 W L4 the H200's 600 W; a fraction of the board limit transfers.
-* :class:`ResidualModel`: XGBoost on ``log(actual / analytical)``; prediction = analytical x exp(.).
+* ``residual``: XGBoost on ``log(actual / analytical)`` (``XGBoostModel(base_columns=<analytical column>)``);
+  prediction = analytical x exp(.).
 
 :class:`PowerSurrogate` pairs one runtime model with one power model (per-target), or holds ONE multi-target model
 that predicts both (``joint``: :func:`make_joint_model`, ``models.tree`` with ``targets=[runtime_ms, power_w]``
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.base import CostModel, check_xy, load_model
+from models.base import CostModel, load_model
 from models.roofline import RooflineModel
 from models.tree import XGBoostModel
 
@@ -55,52 +56,14 @@ class AnalyticalModel(RooflineModel):
     name = "analytical"
 
 
-class ResidualModel(CostModel):
-    """Learned multiplicative correction over an analytical column: y = base * exp(f(X)), f fitted on log(y/base)."""
-    name = "residual"
-
-    def __init__(self, base_column: str = "analytical_power_w", n_estimators: int = 400, learning_rate: float = 0.05,
-                 max_depth: int = 4, subsample: float = 0.8, colsample_bytree: float = 0.8,
-                 min_child_weight: float = 3.0, random_state: int = 0, n_jobs: int = 1):
-        self.base_column = base_column
-        self.n_estimators = n_estimators
-        self.learning_rate = learning_rate
-        self.max_depth = max_depth
-        self.subsample = subsample
-        self.colsample_bytree = colsample_bytree
-        self.min_child_weight = min_child_weight
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-
-    def _inner(self) -> XGBoostModel:
-        p = self.get_params()
-        p.pop("base_column")
-        return XGBoostModel(**p)
-
-    def fit(self, X, y):
-        X, y = check_xy(X, y)
-        self.inner_ = self._inner().fit(X, y / X[self.base_column].to_numpy(float))
-        return self
-
-    def predict(self, X):
-        X, _ = check_xy(X)
-        return X[self.base_column].to_numpy(float) * self.inner_.predict(X)
-
-    def _save_payload(self, path: Path) -> None:
-        self.inner_.save(path / "inner")
-
-    def _load_payload(self, path: Path) -> None:
-        self.inner_ = load_model(path / "inner")
-
-
 def make_model(kind: str, target: str, **params) -> CostModel:
     """``analytical`` | ``xgb`` | ``residual`` for ``target`` (runtime_ms or power_w)."""
     if kind == "analytical":
         return AnalyticalModel(column=ANALYTICAL_COLUMN[target])
     if kind == "xgb":
-        return ResidualModel(base_column="hw_tdp_w", **params) if target == "power_w" else XGBoostModel(**params)
+        return XGBoostModel(base_columns="hw_tdp_w", **params) if target == "power_w" else XGBoostModel(**params)
     if kind == "residual":
-        return ResidualModel(base_column=ANALYTICAL_COLUMN[target], **params)
+        return XGBoostModel(base_columns=ANALYTICAL_COLUMN[target], **params)
     raise ValueError(f"unknown power model kind {kind!r} (analytical, xgb, residual)")
 
 

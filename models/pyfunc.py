@@ -150,7 +150,7 @@ class NetworkPyfunc(CostModelPyfunc):
     """Serves a whole-network model (GNN over the MLIR op graph, or the token transformer).
 
     Each row's ``mlir`` is encoded whole by the encoding the model was trained on (``meta.encoder``:
-    ``graph`` = ``GraphEncoder(registry).encode(mlir, hardware=, dtype=)``, ``tokens`` =
+    ``graph`` = ``GraphEncoder(registry, **meta.graph).encode(mlir, hardware=, dtype=)``, ``tokens`` =
     ``TokenEncoder().encode(mlir)``) and predicted as one network (not as a sum of kernels). Hardware
     must be in the bundled registry *and* among the hardware the model was trained on
     (``meta.trained_hardware``): these models learned from one machine's networks only (the token
@@ -159,17 +159,19 @@ class NetworkPyfunc(CostModelPyfunc):
 
     def encode(self, model_input) -> tuple[object, list[str], np.ndarray]:
         X, hardware = encode_networks(model_input, self.registry, self.meta["encoder"],
-                                      self.meta.get("trained_hardware"))
+                                      self.meta.get("trained_hardware"), self.meta.get("graph"))
         return X, hardware, np.arange(len(X))
 
 
 def encode_networks(model_input, registry: HardwareRegistry, encoding: str,
-                    trained_hardware: list[str] | None = None) -> tuple[list, list[str]]:
+                    trained_hardware: list[str] | None = None,
+                    graph_options: dict | None = None) -> tuple[list, list[str]]:
     """Rows of ``mlir`` + ``hardware`` (+ ``dtype``) -> (one encoded network per row, resolved hardware ids).
 
     The one encoding path of whole networks, for training (``pipelines.tracking.register_network_model``)
     and serving (:class:`NetworkPyfunc`). ``encoding``: ``graph`` or ``tokens``. With ``trained_hardware``,
-    other hardware is refused. Bad input raises ``FeatureError`` naming the row.
+    other hardware is refused. ``graph_options`` are the ``GraphEncoder`` keyword arguments the model was trained
+    with (``meta.graph``, e.g. ``{"op_names": false}``). Bad input raises ``FeatureError`` naming the row.
     """
     from data.workloads import DTYPES
     from features.encoders import GraphEncoder, TokenEncoder
@@ -182,7 +184,7 @@ def encode_networks(model_input, registry: HardwareRegistry, encoding: str,
         raise FeatureError("no networks given")
     if encoding not in ("graph", "tokens"):
         raise FeatureError(f"unknown network encoding {encoding!r}; known: graph, tokens")
-    encoder = GraphEncoder(registry) if encoding == "graph" else TokenEncoder()
+    encoder = GraphEncoder(registry, **(graph_options or {})) if encoding == "graph" else TokenEncoder()
     X, hardware = [], []
     for i, row in enumerate(df.to_dict("records")):
         where = f"row {i}"

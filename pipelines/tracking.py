@@ -301,7 +301,8 @@ def register_network_model(cfg: DictConfig, nets: pd.DataFrame, registry) -> Dec
     cal = calibration_fold(nets["op"], float(reg.calibration_size), int(cfg.seed))
     fit = ~cal
     encoding = NETWORK_ENCODERS[reg.model]
-    X, hardware = encode_networks(nets[["mlir", "hardware", "dtype"]], registry, encoding)
+    graph_options = OmegaConf.to_container(cfg.graph, resolve=True) if cfg.get("graph") is not None else {}
+    X, hardware = encode_networks(nets[["mlir", "hardware", "dtype"]], registry, encoding, graph_options=graph_options)
     y = nets[target].to_numpy(float)
 
     t0 = time.perf_counter()
@@ -334,7 +335,7 @@ def register_network_model(cfg: DictConfig, nets: pd.DataFrame, registry) -> Dec
         dataset=described, dataset_source="pipelines.networks", dataset_digest=digest, fit_seconds=fit_s,
         interval={"level": level, "log_halfwidth": q, "by_hardware": q_hw, "n": float(cal.sum())}, split=split,
         python_model=NetworkPyfunc(), model_signature=network_signature(target),
-        extra_meta={"encoder": encoding, "trained_hardware": sorted(set(np.asarray(hardware)[fit])),
+        extra_meta={"encoder": encoding, "graph": graph_options, "trained_hardware": sorted(set(np.asarray(hardware)[fit])),
                     "heldout": "calibration fold: networks never seen in fit"})
     heldout = nets.loc[cal, ["mlir", "hardware", "dtype", target]].assign(**{f"pred_{target}": pred})
     return register(uri, reg.name, reg.alias, metrics["all"], split=split, heldout=heldout, target=target,
