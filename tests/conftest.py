@@ -13,6 +13,37 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
 
 
+def _mlflow_uris():
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    return (tracking_utils._tracking_uri, registry_utils._registry_uri,
+            {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")})
+
+
+_BASELINE_URIS = _mlflow_uris()  # as the session starts, before any test or fixture sets one
+
+
+@pytest.fixture(autouse=True)
+def restore_mlflow_uris():
+    """After every test, put MLflow's process-wide tracking / registry URIs (and the env vars that
+    ``mlflow.set_tracking_uri`` sets) back to what they were when the session started. Tests and in-process
+    pipeline calls (``tracking.setup``, module-scoped fixtures) set them; without this a later test reads
+    another test's store or a server that is gone."""
+    yield
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    tracking, registry_uri, env = _BASELINE_URIS
+    tracking_utils.set_tracking_uri(tracking)
+    registry_utils._registry_uri = registry_uri
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def registry() -> HardwareRegistry:
     return HardwareRegistry.from_dir()

@@ -12,7 +12,6 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
 
@@ -81,22 +80,3 @@ def post_json(url: str, payload: bytes, content_type: str = "application/json") 
         return status, json.loads(body)
     except ValueError:
         return status, body
-
-
-@pytest.fixture(autouse=True)
-def restore_mlflow_uris():
-    """Undo process-wide ``mlflow.set_tracking_uri`` / ``set_registry_uri`` (and the env vars they set)
-    after each test of a module that imports this fixture, so later tests see no server that is gone."""
-    from mlflow.tracking._model_registry import utils as registry_utils
-    from mlflow.tracking._tracking_service import utils as tracking_utils
-
-    saved = (tracking_utils._tracking_uri, registry_utils._registry_uri,
-             {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")})
-    yield
-    tracking_utils.set_tracking_uri(saved[0])
-    registry_utils._registry_uri = saved[1]
-    for k, v in saved[2].items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v

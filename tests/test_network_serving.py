@@ -18,7 +18,7 @@ from features.tabular import FeatureError
 from models.conformal import calibrate
 from pipelines.tracking import calibration_fold, loo_coverage
 from tests.conftest import ROOT, run_cli
-from tests.servers import post_json, restore_mlflow_uris, serve_model  # noqa: F401 (autouse fixture)
+from tests.servers import post_json, serve_model
 
 NAME = "costmodel-network-runtime"
 MODEL = f"models:/{NAME}@champion"

@@ -17,7 +17,7 @@ from models.evaluate import regression_metrics
 from models.splits import SPLITS
 from pipelines import tracking
 from tests.conftest import ROOT, run_cli
-from tests.servers import MLFLOW, free_port, restore_mlflow_uris, running  # noqa: F401 (autouse fixture)
+from tests.servers import MLFLOW, free_port, running
 
 pytestmark = pytest.mark.slow
 NAME = "lifecycle-test"

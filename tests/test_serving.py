@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from models.api import load_cost_model
 from tests.conftest import run_cli
-from tests.servers import post_json, restore_mlflow_uris, serve_model  # noqa: F401 (autouse fixture)
+from tests.servers import post_json, serve_model
 
 pytestmark = pytest.mark.slow
 MODEL = "models:/costmodel-runtime@champion"
