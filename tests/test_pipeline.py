@@ -111,8 +111,12 @@ def test_target_picks_baseline_column_and_registry_name():
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         runtime = compose("run")
         memory = compose("run", overrides=["target=peak_mem_bytes"])
+        preset = compose("run", overrides=["experiment=memory"])
     assert runtime.register.name == "costmodel-runtime" and runtime.model.roofline.column == "roofline_ms"
     assert memory.register.name == "costmodel-peak_mem_bytes" and memory.model.roofline.column == "tensor_bytes"
+    assert preset.target == "peak_mem_bytes" and preset.register.name == "costmodel-peak_mem_bytes"
+    assert list(preset.model) == ["rf", "xgb", "roofline", "xgb_residual"]
+    assert preset.model.xgb_residual.column == preset.model.roofline.column == "tensor_bytes"
 
 
 def _run_job(out: Path, *overrides: str) -> subprocess.CompletedProcess:
