@@ -4,7 +4,8 @@ Input is a *workload description* frame: ``op``, ``hardware``, optional ``dtype`
 and the op's shape columns (``data.workloads.SHAPE_PARAMS``). Measured rows are such frames too, so
 training and prediction go through the same code. FLOPs and bytes are derived from the description
 (``data.workloads.count_cost``), never read from a measurement, so a user who gives only shapes gets the
-same features. Hardware enters only through its spec numbers, which is what lets a model predict for a
+same features. ``tensor_bytes`` (the bytes of the inputs, weights and outputs, once) is both the roofline's
+memory traffic and the lower bound of a kernel's peak memory (``models.roofline.RooflineModel`` docstring). Hardware enters only through its spec numbers, which is what lets a model predict for a
 GPU that has a spec but no measurements.
 
 Hardware-normalised, dimensionless features (:func:`transfer_features`) describe a workload *relative to* the
@@ -159,6 +160,7 @@ class TabularFeaturizer:
         X["dtype_bytes"] = df["dtype"].map(DTYPE_BYTES).to_numpy(float)
         X["log2_flops"] = np.log2(flops + 1)
         X["log2_bytes"] = np.log2(nbytes)
+        X["tensor_bytes"] = nbytes  # inputs + weights + outputs once: the peak-memory lower bound (models/roofline.py)
         X["log2_intensity"] = np.log2(flops / nbytes + 1e-3)
         X["hw_is_gpu"] = np.array([s.kind == "gpu" for s in specs], float)
         X["hw_sm_count"] = [float(s.sm_count) for s in specs]

@@ -1,7 +1,17 @@
-"""Roofline baseline: no learning. runtime = max(FLOPs / peak[dtype], bytes / bandwidth).
+"""Analytical baselines: no learning; the prediction is one feature column, read as is.
 
-The formula lives in ``features.tabular.roofline_s``; the featurizer puts its value in the
-``roofline_ms`` column, so this model reads it. It is the floor every learned model is reported against.
+* ``column="roofline_ms"`` (target ``runtime_ms``, the default): the roofline,
+  runtime = max(FLOPs / peak[dtype], bytes / bandwidth). The formula lives in ``features.tabular.roofline_s``;
+  the featurizer puts its value in the ``roofline_ms`` column. It is the floor every learned runtime model is
+  reported against.
+* ``column="tensor_bytes"`` (target ``peak_mem_bytes``): the bytes the workload's tensors occupy, inputs +
+  weights + outputs once (``data.workloads.count_cost``, from the op builders on ``meta`` tensors, no allocation).
+  A **lower bound of peak memory**: when the kernel returns, its inputs and weights are still held by the caller
+  and its output has been allocated and written, so all three are resident at once; workspace (im2col buffers,
+  packed GEMM panels, softmax/layernorm temporaries), allocator rounding and page granularity only add to it.
+  The CPU backend measures live inputs + weights + the growth of the resident-set high-water mark during one call
+  (``data/backends/cpu.py``), which can fall below the bound only by output pages the allocator already had
+  resident (small outputs reusing freed heap pages): sub-page to a few KiB.
 """
 from __future__ import annotations
 
@@ -19,6 +29,8 @@ class RooflineModel(CostModel):
 
     def fit(self, X: pd.DataFrame, y: np.ndarray) -> "RooflineModel":
         check_xy(X, y)
+        if self.column not in X.columns:
+            raise ValueError(f"roofline baseline: feature column {self.column!r} is not among the features")
         return self
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:

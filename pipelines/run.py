@@ -11,7 +11,15 @@ less a calibration fold of whole shapes, with ``n_estimators`` x ``eval_trees`` 
 or held_out_shapes, reuses the registered fit); the folds' test predictions are pooled and logged to the model's run
 as ``<split>/<metric>``.
 
+Targets: ``target`` (default ``runtime_ms``) is the measured column the models learn (trees on its log). Only rows that
+have it are used: ``target=peak_mem_bytes`` keeps the measured CPU rows (the simulator records no memory) and says
+how many rows it dropped; no row with the target is one error line and exit status 2. ``targets.<target>`` in
+``conf/run.yaml`` names the feature column the analytical baseline (model entry ``roofline``) predicts with and the
+registered model's name (``costmodel-runtime``, ``costmodel-peak_mem_bytes``). An eval split that cannot be formed
+on the rows (``leave_one_hardware_out`` with one hardware) is skipped with a printed note.
+
     python -m pipelines.run                 # see conf/run.yaml for what can be overridden
+    python -m pipelines.run target=peak_mem_bytes   # peak memory (README "Peak memory")
 """
 from __future__ import annotations
 
@@ -43,6 +51,10 @@ from models.splits import FOLDS, SPLITS, held_out_shapes
 from pipelines import tracking
 
 log = logging.getLogger(__name__)
+
+
+class TargetError(ValueError):
+    """The configured target cannot be trained on (unknown, or no collected row has it): one error line, exit 2."""
 console = Console(width=None if sys.stdout.isatty() else 160, soft_wrap=True)  # logs and pipes get the full table
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 warnings.filterwarnings("ignore", category=UserWarning, module=r"mlflow\.")
@@ -56,11 +68,18 @@ def run(cfg: DictConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     registry = HardwareRegistry.from_dir(cfg.paths.hardware_dir or CONF_DIR)
     target = cfg.target
+    if target not in cfg.targets:
+        raise TargetError(f"unknown target {target!r}; known (conf/run.yaml targets): {', '.join(cfg.targets)}")
 
     # 1. collect
     rows, cpu_spec = collect_from_config(cfg.collect, registry, progress=cfg.progress)
     if cpu_spec is not None:
         registry.add(cpu_spec)
+    has_target = (rows["status"] == "ok") & rows[target].notna()
+    if not has_target.any():
+        raise TargetError(f"no collected row has target {target!r} ({(rows['status'] == 'ok').sum()} ok rows from "
+                          f"backends {', '.join(sorted(set(rows['backend'])))}; "
+                          f"{target} is measured by: {_measured_by(target)})")
     if cfg.features.mlir.enabled:  # MLIR per distinct workload (features/mlir), its sha256 in each row
         from features.mlir import attach_mlir
         rows, mlir_stats = attach_mlir(rows, out / cfg.features.mlir.store, progress=cfg.progress)
@@ -69,8 +88,13 @@ def run(cfg: DictConfig) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     digest = dataset_hash(rows)
     dataset_path = write_dataset(rows, out / "datasets" / f"measurements-{stamp}-{digest[:8]}.parquet")
-    ok = rows[rows["status"] == "ok"].reset_index(drop=True)
-    console.print(f"collected {len(rows)} rows ({len(rows) - len(ok)} errors) -> {dataset_path}", soft_wrap=True)
+    n_ok = int((rows["status"] == "ok").sum())
+    ok = rows[has_target.to_numpy()].reset_index(drop=True)
+    console.print(f"collected {len(rows)} rows ({len(rows) - n_ok} errors) -> {dataset_path}", soft_wrap=True)
+    if len(ok) < n_ok:
+        dropped = rows[(rows["status"] == "ok") & rows[target].isna()]
+        console.print(f"target {target}: {len(ok)} rows have it; dropped {len(dropped)} ok rows without it "
+                      f"({', '.join(f'{b}: {n}' for b, n in dropped['backend'].value_counts().sort_index().items())})")
 
     # 2. featurize
     X = TabularFeaturizer(registry).transform(ok)
@@ -87,7 +111,13 @@ def run(cfg: DictConfig) -> dict:
     console.print(f"split {cfg.split.name}: {len(fit)} fit + {len(cal)} calibration rows "
                   f"({ok.loc[cal, 'shape_id'].nunique()} shapes), {len(test)} test rows "
                   f"({ok.loc[test, 'shape_id'].nunique()} held-out shapes)")
-    folds = {s: FOLDS[s](ok, test_size=cfg.split.test_size, seed=cfg.split.seed) for s in cfg.eval_splits}
+    folds = {}
+    for s in cfg.eval_splits:
+        try:
+            folds[s] = list(FOLDS[s](ok, test_size=cfg.split.test_size, seed=cfg.split.seed))
+        except ValueError as exc:  # e.g. leave_one_hardware_out on one hardware (peak_mem_bytes: the CPU only)
+            console.print(f"eval split {s} skipped on these rows: {exc}")
+    eval_splits = list(folds)
     reuse = _reuses_registered_fit(cfg)
     split_id = tracking.split_identity(cfg.split.name, cfg.split.seed, cfg.split.test_size, digest,
                                        ok.loc[test, "shape_id"])
@@ -122,7 +152,7 @@ def run(cfg: DictConfig) -> dict:
             interval={"level": level, "log_halfwidth": q, "by_hardware": q_hw, "n": float(len(cal))}, split=split_id)
         _tag_sweep_trial(name)
         splits = {}
-        for s in cfg.eval_splits:
+        for s in eval_splits:
             if s == reuse:  # the registered fit, on the champion split's test rows
                 splits[s] = split_metrics(ok.loc[test], y[test], pred, lo, hi, cov_key) | {"folds": 1.0}
             else:
@@ -142,7 +172,7 @@ def run(cfg: DictConfig) -> dict:
                                  model_name=best)
     version = decision.version
     wall = time.perf_counter() - t_start
-    _summary(results, best, cfg, uri, decision, wall)
+    _summary(results, best, cfg, uri, decision, wall, eval_splits)
     return {"results": results, "best": best, "version": version, "promoted": decision.promoted,
             "decision": decision.reason, "tracking_uri": uri,
             "dataset": str(dataset_path), "dataset_sha256": digest, "wall_seconds": wall,
@@ -219,7 +249,16 @@ def _tag_sweep_trial(name: str) -> None:
         client.set_tag(run.info.run_id, key, value)
 
 
-def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: tracking.Decision, wall: float) -> None:
+def _measured_by(target: str) -> str:
+    """Which collection backends record ``target`` (for the no-row error line)."""
+    return {"runtime_ms": "every backend",
+            "peak_mem_bytes": "the cpu backend (collect.cpu.enabled=true, collect.cpu.measure_memory not false; "
+                              "Linux /proc/self/clear_refs) and the cuda backend; not the sim-roofline simulator"
+            }.get(target, "see data/schema.py")
+
+
+def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: tracking.Decision, wall: float,
+             splits: list[str]) -> None:
     table = Table(title=f"held-out shapes ({cfg.split.name}): {cfg.target}", show_lines=False)
     cov_key = f"coverage{round(float(cfg.interval.level) * 100)}"
     for col in ("model", "hardware", "n", "MAPE %", "MedAPE %", "R² (log)", "Kendall τ", f"cover {cov_key[8:]}%"):
@@ -230,7 +269,6 @@ def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: trac
                           f"{m['mape']:.1f}", f"{m['medape']:.1f}", f"{m.get('r2_log', np.nan):.3f}",
                           f"{m.get('kendall_tau', np.nan):.3f}", f"{100 * m[cov_key]:.0f}", end_section=(scope == list(res["metrics"])[-1]))
     console.print(table)
-    splits = list(cfg.eval_splits)
     if splits:
         trees = float(cfg.eval_trees)
         reuse = _reuses_registered_fit(cfg)
@@ -252,7 +290,9 @@ def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: trac
     name, alias = cfg.register.name, cfg.register.alias
     console.print(f"* registered {best!r} as {name} version {decision.version}; alias @{alias}: {decision.reason}"
                   f"  (wall time {wall:.0f} s)\n", soft_wrap=True)
-    example = "[dict(op='matmul', m=1024, n=1024, k=1024, dtype='float16', hardware='H100-SXM')]"
+    hw, dt = ("H100-SXM", "float16") if cfg.target == "runtime_ms" else \
+        (results[best]["test_frame"]["hardware"].iloc[0], "float32")  # a hardware the target was measured on
+    example = f"[dict(op='matmul', m=1024, n=1024, k=1024, dtype='{dt}', hardware='{hw}')]"
     print("Predict from the shell (workloads.csv: op, hardware, dtype and shape columns such as m,n,k):")
     print(f"  MLFLOW_TRACKING_URI={uri} costmodel predict --model models:/{name}@{alias} --input workloads.csv")
     print("Predict from Python:")
@@ -266,7 +306,11 @@ def _summary(results: dict, best: str, cfg: DictConfig, uri: str, decision: trac
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="run")
 def main(cfg: DictConfig) -> float:
-    summary = run(cfg)
+    try:
+        summary = run(cfg)
+    except TargetError as exc:
+        print(f"run: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     return summary["results"][summary["best"]]["metrics"]["all"][cfg.register.select_metric]
 
 

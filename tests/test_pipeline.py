@@ -1,4 +1,7 @@
 """The main job end to end (real entry point, real CPU kernels, real MLflow sqlite store) at a tiny size."""
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -102,3 +105,70 @@ def test_champion_takes_mlir_text_and_sums_its_kernels(tiny_run):
     assert by_mlir["runtime_ms_hi"][2] == pytest.approx(by_shape["runtime_ms_hi"].sum(), rel=1e-9)
     with pytest.raises(mlflow.exceptions.MlflowException, match="row 0"):
         model.predict(pd.DataFrame([{"mlir": "func.func @f( {", "hardware": "T4"}]))
+
+
+def test_target_picks_baseline_column_and_registry_name():
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        runtime = compose("run")
+        memory = compose("run", overrides=["target=peak_mem_bytes"])
+        preset = compose("run", overrides=["experiment=memory"])
+    assert runtime.register.name == "costmodel-runtime" and runtime.model.roofline.column == "roofline_ms"
+    assert memory.register.name == "costmodel-peak_mem_bytes" and memory.model.roofline.column == "tensor_bytes"
+    assert preset.target == "peak_mem_bytes" and preset.register.name == "costmodel-peak_mem_bytes"
+    assert list(preset.model) == ["rf", "xgb", "roofline", "xgb_residual"]
+    assert preset.model.xgb_residual.column == preset.model.roofline.column == "tensor_bytes"
+
+
+def _run_job(out: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.run", "debug=tiny", f"paths.output_dir={out}", *overrides],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(out)})
+
+
+def test_memory_target_registers_a_peak_memory_model(tmp_path):
+    """target=peak_mem_bytes: the measured CPU rows only (simulated rows dropped, counted), the tensor-bytes
+    baseline, its own registry name; the registered model predicts positive bytes with an interval."""
+    proc = _run_job(tmp_path, "target=peak_mem_bytes", "features.mlir.enabled=false")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [dataset] = list((tmp_path / "datasets").glob("*.parquet"))
+    rows = read_dataset(dataset)
+    cpu = rows[(rows["backend"] == "cpu") & (rows["status"] == "ok")]
+    sim = rows[rows["backend"] == "sim-roofline"]
+    assert cpu["peak_mem_bytes"].notna().all() and sim["peak_mem_bytes"].isna().all() and len(sim) > 0
+    assert f"dropped {len(sim)} ok rows without it (sim-roofline: {len(sim)})" in proc.stdout
+    assert "leave_one_hardware_out skipped" in proc.stdout
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    assert [m.name for m in client.search_registered_models()] == ["costmodel-peak_mem_bytes"]
+    runs = client.search_runs([client.get_experiment_by_name("costmodel").experiment_id])
+    assert sorted(r.data.tags["model"] for r in runs) == ["rf", "roofline", "xgb"]
+    for r in runs:
+        assert r.data.tags["target"] == "peak_mem_bytes" and r.data.metrics["test/all/n"] > 0
+        assert set(r.data.metrics) >= {f"{s}/mape" for s in ("random", "held_out_shapes", "held_out_family")}
+        assert "leave_one_hardware_out/mape" not in r.data.metrics
+    bound = next(r for r in runs if r.data.tags["model"] == "roofline")
+    assert bound.data.params["roofline.column"] == "tensor_bytes"
+    held = pd.read_csv(Path(mlflow.artifacts.download_artifacts(
+        run_id=bound.info.run_id, artifact_path="eval/heldout_predictions.csv", tracking_uri=uri)))
+    assert (held["pred_peak_mem_bytes"] > 0).all()  # the bound is the tensors' bytes, never the runtime roofline
+
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model("models:/costmodel-peak_mem_bytes@champion")
+    frame = pd.DataFrame([
+        {"op": "matmul", "m": 512, "n": 256, "k": 1024, "dtype": "float32", "hardware": cpu["hardware"].iloc[0]},
+        {"op": "gelu", "m": 64, "n": 4096, "dtype": "float32", "hardware": cpu["hardware"].iloc[0]},
+    ])
+    pred = model.predict(frame)
+    assert list(pred.columns) == ["peak_mem_bytes", "peak_mem_bytes_lo", "peak_mem_bytes_hi"]
+    assert (pred["peak_mem_bytes"] > 0).all()
+    assert (pred["peak_mem_bytes_lo"] < pred["peak_mem_bytes"]).all()
+    assert (pred["peak_mem_bytes"] < pred["peak_mem_bytes_hi"]).all()
+
+
+def test_memory_target_without_rows_is_one_error_line(tmp_path):
+    proc = _run_job(tmp_path, "target=peak_mem_bytes", "collect.cpu.enabled=false")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [errors[0]] and errors[0].startswith("run: error: no collected row has target 'peak_mem_bytes'")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "mlflow.db").exists()
