@@ -48,6 +48,7 @@ from models.conformal import halfwidths, interval
 ROOT = Path(__file__).resolve().parent.parent
 CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundled with every logged model
 INPUT_ERROR_PREFIX = "invalid workload: "
+PEAK_TARGETS = ("peak_mem_bytes",)  # targets a module takes the max of over its kernels (others: the sum)
 
 
 def output_columns(target: str) -> list[str]:
@@ -130,9 +131,12 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
         spec = self.meta["interval"]
         lo, hi = interval(pred, halfwidths(hardware, spec["log_halfwidth"], spec.get("by_hardware", {})))
         out = pd.DataFrame(dict(zip(output_columns(target), (pred, lo, hi))))
-        # one output row per input row: an MLIR module costs the sum of its kernels (run one after another;
-        # summing the interval ends is conservative, it assumes the kernels' errors move together)
-        return out.groupby(rows, sort=True).sum().reset_index(drop=True)
+        # one output row per input row: an MLIR module's runtime (and energy) is the sum of its kernels (run one
+        # after another; summing the interval ends is conservative, it assumes the kernels' errors move
+        # together); its peak memory is the largest kernel's (one kernel's tensors live at a time: a lower
+        # bound when a module keeps earlier results alive)
+        reduce = "max" if target in PEAK_TARGETS else "sum"
+        return out.groupby(rows, sort=True).agg(reduce).reset_index(drop=True)
 
 
 # --- whole-network models (models/gnn.py, models/transformer.py): one MLIR module per row -----------------------

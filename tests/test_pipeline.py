@@ -164,6 +164,15 @@ def test_memory_target_registers_a_peak_memory_model(tmp_path):
     assert (pred["peak_mem_bytes"] > 0).all()
     assert (pred["peak_mem_bytes_lo"] < pred["peak_mem_bytes"]).all()
     assert (pred["peak_mem_bytes"] < pred["peak_mem_bytes_hi"]).all()
+    # an MLIR module's peak is its largest kernel's (runtime sums its kernels, memory does not)
+    from features.mlir.export import export_workload
+    from features.mlir.workloads import workloads_from_mlir
+
+    text = export_workload("mlp", {"batch": 8, "width": 64, "depth": 3}, "float32")
+    kernels = workloads_from_mlir(text).drop(columns=["mlir_op", "node"]).assign(hardware=cpu["hardware"].iloc[0])
+    per_kernel = model.predict(kernels)["peak_mem_bytes"]
+    module = model.predict(pd.DataFrame([{"mlir": text, "hardware": cpu["hardware"].iloc[0]}]))
+    assert len(per_kernel) > 1 and module["peak_mem_bytes"].iloc[0] == pytest.approx(per_kernel.max())
 
 
 def test_memory_target_without_rows_is_one_error_line(tmp_path):
