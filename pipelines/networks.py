@@ -294,7 +294,7 @@ def run(cfg: DictConfig) -> pd.DataFrame:
     import mlflow
 
     trial = _sweep_trial()
-    with mlflow.start_run(run_name="networks", tags=trial), tempfile.TemporaryDirectory() as tmp:
+    with mlflow.start_run(run_name=trial.pop("mlflow.runName", "networks"), tags=trial), tempfile.TemporaryDirectory() as tmp:
         mlflow.log_params({"tiny": cfg.tiny, "hardware": cpu.id, "n_networks": len(nets),
                            "n_layers": len(lay), "gnn": json.dumps(OmegaConf.to_container(cfg.gnn)),
                            "graph": json.dumps(OmegaConf.to_container(cfg.graph)),
