@@ -24,9 +24,19 @@
    it), and the reference ``measured_layer_sum`` = sum of the measured layer runtimes (no model; how
    additive the runtime really is, and the floor of any layer-sum model);
 4. prints the table and logs one MLflow run (metrics ``<split>/<model>/<metric>``, the table as a CSV).
+
+Sweeps (issue #8): ``python -m pipelines.networks -m hparams_search=gnn_optuna`` (or ``transformer_optuna``) is a Hydra
+multirun with the Optuna sweeper; :func:`main` returns the objective = the mean MAPE of ``sweep.objective`` over the
+evaluated splits (:func:`objective`). ``sweep.models`` / ``sweep.splits`` restrict what a trial fits and scores (the
+free baselines roofline_sum / roofline_fit / measured_layer_sum are always scored), ``sweep.cache`` reuses the measured
+networks across trials (:func:`collect_cached`: one parquet per network grid x backend settings x CPU, so every trial
+sees the same timings), and every trial is one MLflow run named ``networks-trial<N>`` with its hyper-parameters as
+flat params (``gnn.hidden``, ``transformer.lr``, ...).
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
 import json
 import logging
@@ -45,8 +55,9 @@ from rich.console import Console
 from rich.table import Table
 
 from data.backends.cpu import CpuBackend
-from data.hardware import CONF_DIR, HardwareRegistry
+from data.hardware import CONF_DIR, HardwareRegistry, HardwareSpec
 from data.networks import layers
+from data.store import _write_parquet_durably
 from data.workloads import shape_id
 from features.encoders import GraphEncoder, TokenEncoder
 from features.mlir.export import export_workload
@@ -67,6 +78,7 @@ warnings.filterwarnings("ignore", ".*does not have many workers.*")
 warnings.filterwarnings("ignore", ".*number of training batches.*")
 
 MODELS = ("gnn", "token_transformer", "xgb_layer_sum", "roofline_sum", "roofline_fit", "measured_layer_sum")
+FITTED = ("gnn", "token_transformer", "xgb_layer_sum")  # what ``sweep.models`` can skip (gnn_variants follow gnn)
 
 
 def network_grid(spec: dict) -> list[dict]:
@@ -101,6 +113,39 @@ def collect(networks: list[dict], backend: CpuBackend, dtype: str = "float32") -
     return pd.DataFrame(net_rows), pd.DataFrame(list(layer_rows.values()))
 
 
+def cache_key(networks: list[dict], backend: CpuBackend, dtype: str = "float32") -> str:
+    """sha256 (16 hex) of what decides the measurements: the network list, the dtype, the backend's timing settings
+    and the CPU it runs on (``backend.hardware.id``: CPU model and thread count)."""
+    ident = {"networks": networks, "dtype": dtype, "hardware": backend.hardware.id,
+             "backend": {"num_threads": backend.num_threads, "min_run_time": backend.min_run_time,
+                         "warmup": backend.warmup}}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def collect_cached(networks: list[dict], backend: CpuBackend, cache_dir: Path | None, dtype: str = "float32"
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, HardwareSpec, bool]:
+    """:func:`collect` and the CPU's spec (``backend.hardware``: its peak FLOP/s and bandwidth are *measured* at
+    detection, :func:`data.hardware.detect_cpu`, and feed the graphs' roofline features), or their earlier result from
+    ``<cache_dir>/{networks,layers}-<key>.parquet`` + ``hardware-<key>.json`` (:func:`cache_key`; written atomically
+    after a fresh measurement), so every trial of a sweep sees the same timings and the same hardware features.
+    ``cache_dir=None`` always measures. Returns (networks, layers, spec, hit)."""
+    if cache_dir is None:
+        return (*collect(networks, backend, dtype), backend.hardware, False)
+    key = cache_key(networks, backend, dtype)
+    paths = {k: cache_dir / f"{k}-{key}.{'json' if k == 'hardware' else 'parquet'}" for k in ("networks", "layers", "hardware")}
+    if all(p.exists() for p in paths.values()):
+        spec = HardwareSpec.from_dict(json.loads(paths["hardware"].read_text()))
+        return pd.read_parquet(paths["networks"]), pd.read_parquet(paths["layers"]), spec, True
+    nets, lay = collect(networks, backend, dtype)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = paths["hardware"].with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(backend.hardware), sort_keys=True))
+    os.replace(tmp, paths["hardware"])
+    _write_parquet_durably(lay, paths["layers"])
+    _write_parquet_durably(nets, paths["networks"])  # last: a hit needs all three
+    return nets, lay, backend.hardware, False
+
+
 def splits(nets: pd.DataFrame, cfg: DictConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``{name: (train mask, test mask)}`` over the network rows."""
     out = {}
@@ -116,6 +161,12 @@ def splits(nets: pd.DataFrame, cfg: DictConfig) -> dict[str, tuple[np.ndarray, n
         test = (nets["depth"] > cfg.splits.deeper_than).to_numpy()
         if test.any() and (~test).any():
             out["deeper"] = (~test, test)
+    wanted = (cfg.get("sweep") or {}).get("splits")
+    if wanted:  # sweep.splits: score only these (the objective's splits)
+        unknown = [w for w in wanted if w not in out]
+        if unknown:
+            raise ValueError(f"sweep.splits: unknown split(s) {', '.join(unknown)}; these networks have {', '.join(out)}")
+        out = {w: out[w] for w in wanted}
     return out
 
 
@@ -133,37 +184,75 @@ def evaluate(nets: pd.DataFrame, lay: pd.DataFrame, registry: HardwareRegistry, 
     layer_X = TabularFeaturizer(registry).transform(lay)
     measured = dict(zip(lay["layer_id"], lay["runtime_ms"]))
     epochs = {"epochs": cfg.tiny_epochs} if cfg.tiny else {}
+    fitted = fitted_models(cfg)
+    variants = (cfg.get("gnn_variants") or {}) if "gnn" in fitted else {}
     rows = []
     for name, (train, test) in splits(nets, cfg).items():
         tr, te = np.flatnonzero(train), np.flatnonzero(test)
         preds, fit_s = {}, {}
         t0 = time.perf_counter()
-        gnn = GNNModel(**{**OmegaConf.to_container(cfg.gnn), **epochs, "seed": cfg.seed})
-        preds["gnn"] = gnn.fit([graphs[i] for i in tr], y[tr]).predict([graphs[i] for i in te])
-        fit_s["gnn"], t0 = time.perf_counter() - t0, time.perf_counter()
-        for variant, over in (cfg.get("gnn_variants") or {}).items():  # e.g. gnn_gatv2: {conv: gatv2}
+        if "gnn" in fitted:
+            gnn = GNNModel(**{**OmegaConf.to_container(cfg.gnn), **epochs, "seed": cfg.seed})
+            preds["gnn"] = gnn.fit([graphs[i] for i in tr], y[tr]).predict([graphs[i] for i in te])
+            fit_s["gnn"], t0 = time.perf_counter() - t0, time.perf_counter()
+        for variant, over in variants.items():  # e.g. gnn_gatv2: {conv: gatv2}
             m = GNNModel(**{**OmegaConf.to_container(cfg.gnn), **OmegaConf.to_container(over), **epochs, "seed": cfg.seed})
             preds[variant] = m.fit([graphs[i] for i in tr], y[tr]).predict([graphs[i] for i in te])
             fit_s[variant], t0 = time.perf_counter() - t0, time.perf_counter()
-        tf = TransformerModel(**{**OmegaConf.to_container(cfg.transformer), **epochs, "seed": cfg.seed})
-        preds["token_transformer"] = tf.fit([tokens[i] for i in tr], y[tr]).predict([tokens[i] for i in te])
-        fit_s["token_transformer"], t0 = time.perf_counter() - t0, time.perf_counter()
-        train_layers = {i for ids in nets["layer_ids"].iloc[tr] for i in json.loads(ids)}
-        lmask = lay["layer_id"].isin(train_layers).to_numpy()
-        xgb = XGBoostModel(**{**OmegaConf.to_container(cfg.xgb), "random_state": cfg.seed})
-        xgb.fit(layer_X[lmask].reset_index(drop=True), lay["runtime_ms"].to_numpy(float)[lmask])
-        preds["xgb_layer_sum"] = layer_sum(nets.iloc[te], dict(zip(lay["layer_id"], xgb.predict(layer_X))))
-        fit_s["xgb_layer_sum"] = time.perf_counter() - t0
+        if "token_transformer" in fitted:
+            tf = TransformerModel(**{**OmegaConf.to_container(cfg.transformer), **epochs, "seed": cfg.seed})
+            preds["token_transformer"] = tf.fit([tokens[i] for i in tr], y[tr]).predict([tokens[i] for i in te])
+            fit_s["token_transformer"], t0 = time.perf_counter() - t0, time.perf_counter()
+        if "xgb_layer_sum" in fitted:
+            train_layers = {i for ids in nets["layer_ids"].iloc[tr] for i in json.loads(ids)}
+            lmask = lay["layer_id"].isin(train_layers).to_numpy()
+            xgb = XGBoostModel(**{**OmegaConf.to_container(cfg.xgb), "random_state": cfg.seed})
+            xgb.fit(layer_X[lmask].reset_index(drop=True), lay["runtime_ms"].to_numpy(float)[lmask])
+            preds["xgb_layer_sum"] = layer_sum(nets.iloc[te], dict(zip(lay["layer_id"], xgb.predict(layer_X))))
+            fit_s["xgb_layer_sum"] = time.perf_counter() - t0
         preds["roofline_sum"], fit_s["roofline_sum"] = roof[te], 0.0
         t0 = time.perf_counter()
         a, b = anchor_fit(roof[tr], kernels[tr], y[tr])
         preds["roofline_fit"], fit_s["roofline_fit"] = a * roof[te] + b * kernels[te], time.perf_counter() - t0
         preds["measured_layer_sum"], fit_s["measured_layer_sum"] = layer_sum(nets.iloc[te], measured), 0.0
-        for model in [*MODELS[:1], *(cfg.get("gnn_variants") or {}), *MODELS[1:]]:
+        for model in [m for m in [*MODELS[:1], *variants, *MODELS[1:]] if m in preds]:
             m = regression_metrics(y[te], preds[model])
             rows.append({"split": name, "model": model, "n_train": len(tr), "n_test": len(te),
                          "mape": m["mape"], "medape": m["medape"], "fit_s": fit_s[model]})
     return pd.DataFrame(rows)
+
+
+def fitted_models(cfg: DictConfig) -> list[str]:
+    """The learned models to fit: ``sweep.models`` (null = all of :data:`FITTED`); unknown names -> ValueError."""
+    wanted = list((cfg.get("sweep") or {}).get("models") or FITTED)
+    unknown = [m for m in wanted if m not in FITTED]
+    if unknown:
+        raise ValueError(f"sweep.models: unknown model(s) {', '.join(unknown)}; known: {', '.join(FITTED)}")
+    return wanted
+
+
+def objective(res: pd.DataFrame, cfg: DictConfig) -> float:
+    """What :func:`main` returns to the sweeper: the mean over the scored splits of ``sweep.objective``'s
+    ``sweep.metric`` (default: gnn, mape), each split weighted once whatever its number of test networks."""
+    sweep = cfg.get("sweep") or {}
+    model, metric = sweep.get("objective") or "gnn", sweep.get("metric") or "mape"
+    rows = res[res["model"] == model]
+    if rows.empty:
+        raise ValueError(f"sweep.objective: model {model!r} was not scored; scored: {', '.join(res['model'].unique())}")
+    return float(rows[metric].mean())
+
+
+def _sweep_trial() -> dict[str, str]:
+    """In a Hydra multirun (``-m hparams_search=...``): MLflow tags naming the trial (number, sweep folder,
+    overrides) and the run name ``networks-trial<N>``; else nothing."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return {}
+    hc = HydraConfig.get()
+    return {"sweep_trial": str(hc.job.num), "sweep_dir": str(hc.sweep.dir),
+            "sweep_overrides": " ".join(hc.overrides.task)[:5000], "mlflow.runName": f"networks-trial{hc.job.num}"}
 
 
 def print_table(res: pd.DataFrame, title: str) -> None:
@@ -177,32 +266,43 @@ def print_table(res: pd.DataFrame, title: str) -> None:
 
 
 def run(cfg: DictConfig) -> pd.DataFrame:
+    """Measure (or reuse the cache), evaluate, print, log one MLflow run, register; returns the results table."""
     from pipelines import tracking
 
     out = Path(cfg.paths.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     backend = CpuBackend(num_threads=cfg.backend.num_threads, min_run_time=cfg.backend.min_run_time,
                          warmup=cfg.backend.warmup, measure_memory=False, energy=False)
-    registry = HardwareRegistry.from_dir(CONF_DIR)
-    registry.add(backend.hardware)
     networks = network_grid(OmegaConf.to_container(cfg.tiny_networks if cfg.tiny else cfg.networks))
+    sweep = cfg.get("sweep") or {}
     t0 = time.perf_counter()
-    nets, lay = collect(networks, backend)
+    nets, lay, cpu, hit = collect_cached(networks, backend, out / sweep["cache_dir"] if sweep.get("cache") else None)
     collect_s = time.perf_counter() - t0
-    console.print(f"measured {len(nets)} networks and {len(lay)} distinct layers on {backend.hardware.id} "
-                  f"({collect_s:.1f} s incl. MLIR export)")
+    registry = HardwareRegistry.from_dir(CONF_DIR)
+    registry.add(cpu)
+    console.print(f"{'cached' if hit else 'measured'} {len(nets)} networks and {len(lay)} distinct layers on "
+                  f"{cpu.id} ({collect_s:.1f} s incl. MLIR export)")
+    t0 = time.perf_counter()
     res = evaluate(nets, lay, registry, cfg)
-    print_table(res, f"whole networks on {backend.hardware.id} (runtime_ms)")
+    evaluate_s = time.perf_counter() - t0
+    print_table(res, f"whole networks on {cpu.id} (runtime_ms)")
+    score = objective(res, cfg)
+    console.print(f"objective: mean {sweep.get('metric') or 'mape'} of {sweep.get('objective') or 'gnn'} over "
+                  f"{res['split'].nunique()} split(s) = {score:.2f} (evaluate {evaluate_s:.1f} s)")
 
     tracking.setup(cfg.mlflow, out)
     import mlflow
 
-    with mlflow.start_run(run_name="networks"), tempfile.TemporaryDirectory() as tmp:
-        mlflow.log_params({"tiny": cfg.tiny, "hardware": backend.hardware.id, "n_networks": len(nets),
+    trial = _sweep_trial()
+    with mlflow.start_run(run_name=trial.pop("mlflow.runName", "networks"), tags=trial), tempfile.TemporaryDirectory() as tmp:
+        mlflow.log_params({"tiny": cfg.tiny, "hardware": cpu.id, "n_networks": len(nets),
                            "n_layers": len(lay), "gnn": json.dumps(OmegaConf.to_container(cfg.gnn)),
                            "graph": json.dumps(OmegaConf.to_container(cfg.graph)),
-                           "transformer": json.dumps(OmegaConf.to_container(cfg.transformer))})
-        mlflow.log_metric("collect_s", collect_s)
+                           "transformer": json.dumps(OmegaConf.to_container(cfg.transformer)),
+                           "measurements_cached": hit, "sweep.models": json.dumps(fitted_models(cfg)),
+                           "sweep.splits": json.dumps(sorted(res["split"].unique()))}
+                          | tracking.flat_params(cfg, ["gnn", "transformer"]))
+        mlflow.log_metrics({"collect_s": collect_s, "evaluate_s": evaluate_s, "objective": score})
         for r in res.itertuples():
             for metric in ("mape", "medape"):
                 mlflow.log_metric(tracking._metric_key(r.split, r.model, metric), getattr(r, metric))
@@ -220,8 +320,9 @@ def run(cfg: DictConfig) -> pd.DataFrame:
 
 
 @hydra.main(config_path="../conf", config_name="networks", version_base=None)
-def main(cfg: DictConfig) -> None:
-    run(cfg)
+def main(cfg: DictConfig) -> float:
+    """Run once; returns the sweep objective (:func:`objective`) for the Optuna sweeper."""
+    return objective(run(cfg), cfg)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,118 @@
+"""Optuna sweeps of the whole-network GNN and token transformer: ``python -m pipelines.networks -m
+hparams_search={gnn,transformer}_optuna`` (conf/hparams_search), the ``sweep`` block of conf/networks.yaml (which
+models a trial fits, which splits it scores, the returned objective) and the measurement cache every trial shares.
+Real parts: tiny mlps measured on this CPU, a real subprocess multirun, a temp sqlite MLflow store."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from tests.conftest import ROOT
+
+SEARCHES = [("gnn_optuna", "gnn", "gnn"), ("transformer_optuna", "transformer", "token_transformer")]
+
+
+@pytest.mark.parametrize("search,section,model", SEARCHES)
+def test_search_spaces_compose(search, section, model):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("networks", overrides=[f"hparams_search={search}"], return_hydra_config=True)
+        plain = compose("networks")
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "minimize"
+    assert sweeper.params and all(k.startswith(f"{section}.") for k in sweeper.params)
+    for key in sweeper.params:  # every searched name is a real hyper-parameter of the model's config block
+        assert key.split(".", 1)[1] in cfg[section]
+    # a trial fits only the swept model, scores it on the sweep's splits, registers nothing
+    assert list(cfg.sweep.models) == [model] and cfg.sweep.objective == model and cfg.sweep.cache
+    assert cfg.register.model is None and cfg.sweep.splits
+    # without a search the job is unchanged: every model, every split, registration on, measured afresh
+    assert plain.sweep.models is None and plain.sweep.splits is None and not plain.sweep.cache
+    assert plain.register.model == "gnn"
+
+
+def _cfg(**sweep):
+    cfg = OmegaConf.load(ROOT / "conf" / "networks.yaml")
+    cfg.sweep = OmegaConf.merge(cfg.sweep, sweep)
+    return cfg
+
+
+def test_objective_is_the_mean_over_splits_and_bad_names_fail_in_one_line():
+    from pipelines.networks import fitted_models, objective, splits
+
+    res = pd.DataFrame({"split": ["a", "a", "b", "b"], "model": ["gnn", "roofline_sum"] * 2,
+                        "mape": [10.0, 50.0, 30.0, 70.0], "medape": [1.0, 2.0, 3.0, 4.0]})
+    assert objective(res, _cfg()) == pytest.approx(20.0)  # each split once, whatever its size
+    assert objective(res, _cfg(objective="roofline_sum", metric="medape")) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="model 'token_transformer' was not scored"):
+        objective(res, _cfg(objective="token_transformer"))
+    assert fitted_models(_cfg()) == ["gnn", "token_transformer", "xgb_layer_sum"]
+    with pytest.raises(ValueError, match="unknown model.*gcn"):
+        fitted_models(_cfg(models=["gcn"]))
+    nets = pd.DataFrame({"op": ["mlp", "mlp", "cnn", "cnn"], "depth": [1, 3, 1, 3]})
+    assert list(splits(nets, _cfg())) == ["held_out_cnn", "held_out_mlp", "deeper"]
+    assert list(splits(nets, _cfg(splits=["deeper", "held_out_cnn"]))) == ["deeper", "held_out_cnn"]
+    with pytest.raises(ValueError, match="unknown split.*held_out_resnet"):
+        splits(nets, _cfg(splits=["held_out_resnet"]))
+
+
+@pytest.mark.slow
+def test_measurement_cache_gives_every_trial_the_same_data(tmp_path):
+    """A hit returns the first measurement (timings, MLIR, the detected CPU spec) bit for bit; another grid or
+    other backend settings miss."""
+    from data.backends.cpu import CpuBackend
+    from pipelines.networks import cache_key, collect_cached
+
+    nets_spec = [{"op": "mlp", "params": {"batch": 2, "width": 16, "depth": 1}}]
+    backend = CpuBackend(num_threads=1, min_run_time=0.002, warmup=1, measure_memory=False, energy=False)
+    nets, lay, spec, hit = collect_cached(nets_spec, backend, tmp_path)
+    assert not hit and len(nets) == 1 and len(lay) > 0
+    nets2, lay2, spec2, hit2 = collect_cached(nets_spec, backend, tmp_path)
+    assert hit2 and spec2 == spec
+    pd.testing.assert_frame_equal(nets2.reset_index(drop=True), nets.reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(lay2.reset_index(drop=True), lay.reset_index(drop=True), check_dtype=False)
+    other = CpuBackend(num_threads=1, min_run_time=0.004, warmup=1, measure_memory=False, energy=False)
+    deeper = [{"op": "mlp", "params": {"batch": 2, "width": 16, "depth": 2}}]
+    assert len({cache_key(nets_spec, backend), cache_key(nets_spec, other), cache_key(deeper, backend)}) == 3
+
+
+@pytest.mark.slow
+def test_two_trial_gnn_sweep_logs_every_trial(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.networks", "-m", "hparams_search=gnn_optuna", "tiny=true",
+         "hydra.sweeper.n_trials=2", "sweep.splits=[held_out_transformer,deeper]", f"paths.output_dir={tmp_path}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("costmodel-networks").experiment_id])
+    assert sorted(r.data.tags["sweep_trial"] for r in runs) == ["0", "1"]
+    assert sorted(r.info.run_name for r in runs) == ["networks-trial0", "networks-trial1"]
+    by_trial = {r.data.tags["sweep_trial"]: r for r in runs}
+    # trial 0 measured, trial 1 reused the cache: same networks, same baselines
+    assert by_trial["0"].data.params["measurements_cached"] == "False"
+    assert by_trial["1"].data.params["measurements_cached"] == "True"
+    for key in ("deeper/roofline_fit/mape", "held_out_transformer/measured_layer_sum/mape"):
+        assert by_trial["0"].data.metrics[key] == by_trial["1"].data.metrics[key]
+    # each run logged its trial's hyper-parameters (the searched ones differ), only the GNN was fitted
+    for r in runs:
+        overrides = dict(o.split("=", 1) for o in r.data.tags["sweep_overrides"].split())
+        for name in ("hidden", "layers", "conv", "epochs"):
+            assert overrides[f"gnn.{name}"] == r.data.params[f"gnn.{name}"]
+        assert float(overrides["gnn.lr"]) == pytest.approx(float(r.data.params["gnn.lr"]))
+        assert not any("token_transformer" in k or "xgb_layer_sum" in k for k in r.data.metrics)
+        # the objective = the GNN's mean MAPE over the two sweep splits
+        expected = np.mean([r.data.metrics[f"{s}/gnn/mape"] for s in ("held_out_transformer", "deeper")])
+        assert np.isfinite(r.data.metrics["objective"]) and r.data.metrics["objective"] == pytest.approx(expected)
+    assert by_trial["0"].data.params["gnn"] != by_trial["1"].data.params["gnn"]
+    # Optuna got what main returned: its best value is the lower trial objective; nothing was registered
+    [best_yaml] = list(tmp_path.glob("hydra-multirun/networks/*/*/optimization_results.yaml"))
+    best = yaml.safe_load(best_yaml.read_text())
+    assert best["best_value"] == pytest.approx(min(r.data.metrics["objective"] for r in runs))
+    assert client.search_registered_models() == []
