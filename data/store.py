@@ -48,7 +48,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_parquet_durably(df: pd.DataFrame, path: Path) -> None:
+def write_parquet_durably(df: pd.DataFrame, path: Path) -> None:
     """Temp file in the same directory, fsync, rename, fsync the directory: never a half-written file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -67,7 +67,7 @@ def write_dataset(df: pd.DataFrame, path: str | Path) -> Path:
     """Validate then write ``df`` to ``path`` atomically (temp file + rename: never half-written)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_parquet_durably(validate(df), path)
+    write_parquet_durably(validate(df), path)
     return path
 
 
@@ -143,7 +143,7 @@ class ShardedDataset:
                 return 0
             name = f"part-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:8]}.parquet"
             shard = self.shard_dir / name
-            _write_parquet_durably(df.drop(columns="_key").reset_index(drop=True), shard)
+            write_parquet_durably(df.drop(columns="_key").reset_index(drop=True), shard)
             entry = {"shard": name, "rows": int(len(df)), "sha256": _sha256(shard),
                      "keys": df["_key"].tolist(), "written_at": datetime.now(timezone.utc).isoformat(),
                      "pid": os.getpid(), **({"meta": meta} if meta else {})}

@@ -57,7 +57,7 @@ from rich.table import Table
 from data.backends.cpu import CpuBackend
 from data.hardware import CONF_DIR, HardwareRegistry, HardwareSpec
 from data.networks import layers
-from data.store import _write_parquet_durably
+from data.store import write_parquet_durably
 from data.workloads import shape_id
 from features.encoders import GraphEncoder, TokenEncoder
 from features.mlir.export import export_workload
@@ -141,8 +141,8 @@ def collect_cached(networks: list[dict], backend: CpuBackend, cache_dir: Path | 
     tmp = paths["hardware"].with_suffix(".json.tmp")
     tmp.write_text(json.dumps(dataclasses.asdict(backend.hardware), sort_keys=True))
     os.replace(tmp, paths["hardware"])
-    _write_parquet_durably(lay, paths["layers"])
-    _write_parquet_durably(nets, paths["networks"])  # last: a hit needs all three
+    write_parquet_durably(lay, paths["layers"])
+    write_parquet_durably(nets, paths["networks"])  # last: a hit needs all three
     return nets, lay, backend.hardware, False
 
 
