@@ -22,7 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from hydra.utils import instantiate
 from omegaconf import OmegaConf

@@ -1,6 +1,7 @@
 """Real MLflow servers on 127.0.0.1 for the serving and tracking-server tests: start, wait, stop."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -68,7 +69,6 @@ def serve_model(model_uri: str, tracking_uri: str, log: Path):
 
 
 def post_json(url: str, payload: bytes, content_type: str = "application/json") -> tuple[int, dict | str]:
-    import json
 
     req = urllib.request.Request(url, data=payload, headers={"Content-Type": content_type}, method="POST")
     try:
@@ -80,3 +80,34 @@ def post_json(url: str, payload: bytes, content_type: str = "application/json") 
         return status, json.loads(body)
     except ValueError:
         return status, body
+
+
+# Loads a registered model with no access to this project: -I ignores PYTHONPATH, the user site and the cwd; -S
+# skips site.py, so the venv's .pth files (among them the editable install's import hook) never run. Only the
+# venv's site-packages directory is appended by hand. The script proves the project is not importable before
+# loading, then reports where the pyfunc's modules were imported from (the model's own code/ folder).
+ISOLATED = r"""
+import importlib, importlib.util, json, sys
+sys.path.append(sys.argv[1])
+assert [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)] == [], "project importable"
+import mlflow, pandas as pd
+mlflow.set_tracking_uri(sys.argv[2])
+model = mlflow.pyfunc.load_model(sys.argv[3])
+preds = model.predict(pd.DataFrame(json.loads(sys.argv[4])))
+files = [importlib.import_module(m).__file__ for m in json.loads(sys.argv[5])]
+print(json.dumps({"preds": preds.to_dict(orient="list"), "files": files}))
+"""
+
+
+def predict_isolated(tracking_uri: str, model_uri: str, rows: list[dict], modules: list[str], cwd) -> tuple:
+    """Predict ``rows`` with ``model_uri`` in a fresh ``python -I -S`` process without the project; returns
+    (predictions as a DataFrame, the files ``modules`` were imported from in that process)."""
+    import pandas as pd
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED, site, tracking_uri, model_uri, json.dumps(rows),
+                           json.dumps(modules)], capture_output=True, text=True, cwd=cwd, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return pd.DataFrame(out["preds"]), out["files"]

@@ -8,7 +8,6 @@ import pytest
 
 from data.importers import DatasetError
 from data.schema import COLUMNS
-from data.workloads import SHAPE_PARAMS, count_cost
 from tests.conftest import SHARED
 
 pytestmark = pytest.mark.skipif(not (SHARED / "hopper").exists(), reason="../shared/data not present")

@@ -4,9 +4,6 @@ Real parts throughout: tiny mlps measured on this CPU and exported by torch-mlir
 real GNN / token-transformer training (a few epochs), a real MLflow sqlite store, real subprocesses.
 """
 import json
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +15,7 @@ from features.tabular import FeatureError
 from models.conformal import calibrate
 from pipelines.tracking import calibration_fold, loo_coverage
 from tests.conftest import ROOT, run_cli
-from tests.servers import post_json, serve_model
+from tests.servers import post_json, predict_isolated, serve_model
 
 NAME = "costmodel-network-runtime"
 MODEL = f"models:/{NAME}@champion"
@@ -146,32 +143,13 @@ def test_registration_follows_the_champion_rule(registered, api):
     assert len(lines) == 2 and [l.split()[2] for l in lines].count("champion") == 1  # name, version, aliases
 
 
-# Like tests/test_serving.py: no access to this project (-I -S, only the venv's site-packages appended).
-ISOLATED = r"""
-import importlib.util, json, sys
-sys.path.append(sys.argv[1])
-assert [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)] == [], "project importable"
-import mlflow, pandas as pd
-mlflow.set_tracking_uri(sys.argv[2])
-model = mlflow.pyfunc.load_model(sys.argv[3])
-preds = model.predict(pd.DataFrame(json.loads(sys.argv[4])))
-import models.pyfunc, features.encoders
-print(json.dumps({"preds": preds.to_dict(orient="list"), "files": [models.pyfunc.__file__, features.encoders.__file__]}))
-"""
-
-
 @pytest.mark.slow
 def test_champion_predicts_in_a_process_without_the_project(registered, api, mlp_mlir, tmp_path):
     rows = [{"mlir": mlp_mlir, "hardware": registered["cpu"]},
             {"mlir": registered["nets"]["mlir"].iloc[0], "hardware": registered["cpu"], "dtype": "float32"}]
-    site = sysconfig.get_paths()["purelib"]
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED, site, registered["uri"], MODEL, json.dumps(rows)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    for f in out["files"]:
+    preds, files = predict_isolated(registered["uri"], MODEL, rows, ["models.pyfunc", "features.encoders"], tmp_path)
+    for f in files:
         assert not f.startswith(str(ROOT)) and f"{Path('code')}" in f, f
-    preds = pd.DataFrame(out["preds"])
     assert list(preds.columns) == COLS and (preds["runtime_ms"] > 0).all()
     assert ((preds["runtime_ms_lo"] < preds["runtime_ms"]) & (preds["runtime_ms"] < preds["runtime_ms_hi"])).all()
     q = api.meta["interval"]["by_hardware"].get(registered["cpu"], api.meta["interval"]["log_halfwidth"])

@@ -1,6 +1,5 @@
 import pytest
 import torch
-import torch.nn.functional as F
 
 from data.networks import layers
 from data.workloads import build, count_cost, family

@@ -16,7 +16,7 @@ from data.workloads import SHAPE_PARAMS
 from features.tabular import PowerFeaturizer, TabularFeaturizer
 from models.conformal import calibrate
 from models.evaluate import regression_metrics
-from models.power import PowerSurrogate, make_model, network_totals
+from models.power import network_totals
 from models.pyfunc import PowerPyfunc, save_power_artifacts
 from models.splits import grouped_kfold, held_out_shapes, leave_one_family_out
 from models.power_eval import TARGETS, make_surrogate, noise_floor, out_of_fold

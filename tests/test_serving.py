@@ -1,8 +1,5 @@
 """The registered pyfunc as other tools use it: intervals, self-contained loading, CLI = Python API = REST."""
 import json
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import mlflow
@@ -13,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from models.api import load_cost_model
 from tests.conftest import run_cli
-from tests.servers import post_json, serve_model
+from tests.servers import post_json, predict_isolated, serve_model
 
 pytestmark = pytest.mark.slow
 MODEL = "models:/costmodel-runtime@champion"
@@ -71,33 +68,12 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     assert float(champion["version"].tags["test_coverage90"]) == pytest.approx(m["test/all/coverage90"], rel=1e-5)
 
 
-# Loads the model with no access to this project: -I ignores PYTHONPATH, the user site and the cwd; -S skips
-# site.py, so the venv's .pth files (among them the editable install's import hook) never run. Only the
-# venv's site-packages directory is appended by hand. The script proves the project is not importable
-# before loading, then that the pyfunc's code came from the model's own code/ folder.
-ISOLATED = r"""
-import importlib.util, json, sys
-sys.path.append(sys.argv[1])
-assert [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)] == [], "project importable"
-import mlflow, pandas as pd
-mlflow.set_tracking_uri(sys.argv[2])
-model = mlflow.pyfunc.load_model(sys.argv[3])
-preds = model.predict(pd.DataFrame(json.loads(sys.argv[4])))
-import models.pyfunc, features.tabular
-print(json.dumps({"preds": preds.to_dict(orient="list"), "files": [models.pyfunc.__file__, features.tabular.__file__]}))
-"""
-
-
 def test_model_loads_where_the_project_is_not_installed(champion, api_preds, tmp_path):
-    site = sysconfig.get_paths()["purelib"]
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED, site, champion["uri"], MODEL, json.dumps(WORKLOADS)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    preds, files = predict_isolated(champion["uri"], MODEL, WORKLOADS, ["models.pyfunc", "features.tabular"], tmp_path)
     root = str(Path(__file__).resolve().parent.parent)
-    for f in out["files"]:
+    for f in files:
         assert not f.startswith(root) and f"{Path('code')}" in f, f
-    pd.testing.assert_frame_equal(pd.DataFrame(out["preds"]), api_preds, rtol=1e-9)
+    pd.testing.assert_frame_equal(preds, api_preds, rtol=1e-9)
 
 
 def test_cli_json_outputs_equal_python_api(champion, api_preds, tmp_path):
