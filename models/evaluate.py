@@ -12,7 +12,10 @@ Public-data evaluation (``pipelines/evaluate.py``) adds:
 * Kendall tau *within groups* (e.g. each (op, GPU)): the unweighted mean of tau over groups with at least two
   rows and non-constant truth, so a model cannot score well by ranking only across groups (big vs small ops);
 * top-k slowdown for configuration selection: min(true value among the k configs the model predicts fastest)
-  / min(true value over all configs); 1.0 = the model's top-k contains the true best.
+  / min(true value over all configs); 1.0 = the model's top-k contains the true best;
+* the error left after an *oracle* per-group scale (each group's predictions divided by that group's median
+  predicted / true ratio, read from the test labels): a diagnostic that splits an error into a per-group scale
+  (e.g. one factor per unseen GPU) and what no single factor can fix. Never a model's score.
 """
 from __future__ import annotations
 
@@ -53,6 +56,17 @@ def within_group_kendall(groups, y_true, y_pred) -> float:
             tau = kendalltau(g["y"], g["p"]).statistic
             taus.append(0.0 if np.isnan(tau) else tau)  # constant predictions carry no ranking: tau 0
     return float(np.mean(taus)) if taus else float("nan")
+
+
+def oracle_scaled_error(groups, y_true, y_pred) -> dict[str, float]:
+    """MedAPE / MAPE (%) after dividing each group's predictions by the group's median pred / true ratio.
+
+    Uses the test labels (an oracle): the error a perfect per-group scale correction would still leave.
+    """
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    log_ratio = pd.Series(np.log(y_pred / y_true)).groupby(np.asarray(groups)).transform("median").to_numpy()
+    ape = np.abs(y_pred * np.exp(-log_ratio) - y_true) / y_true * 100
+    return {"medape": float(np.median(ape)), "mape": float(np.mean(ape))}
 
 
 def topk_slowdown(y_true, y_pred, k: int) -> float:

@@ -8,7 +8,9 @@ kind="runtime")``, which tracks it (MLflow there, a list in the tests).
 * **neusight**: features = workload shape + hardware spec sheet only (``features.tabular``; never the ``meta``
   columns observed by running). Splits: leave-one-GPU-out over the measured GPUs (train on 4, test on the 5th,
   rotate) and held-out shapes (grouped by ``shape_id``). Metrics: MAPE, MedAPE, SMAPE, R^2(log10), Kendall tau
-  within each (op, GPU) group. Then a model fitted on every measured GPU predicts the spec-only GPUs
+  within each (op, GPU) group, for all rows, per GPU and per op family (gemm / conv / memory); leave-one-GPU-out
+  adds the error left after an oracle scale factor per GPU and per (op, GPU) (``oracle_*_scale_*``, a diagnostic
+  read from the test labels, never a score). Then a model fitted on every measured GPU predicts the spec-only GPUs
   (``ds.spec_only``): written to ``<out_dir>/public_eval/neusight_spec_only_predictions.csv``; no labels exist,
   so no error is reported.
 * **kerneltuner**: features = the tunables of ``config`` (JSON, expanded to numeric columns) + the GPU's spec
@@ -40,7 +42,7 @@ from data.workloads import SHAPE_PARAMS
 from features.tabular import TabularFeaturizer
 from models.classify import FeasibilityClassifier
 from models.conformal import fit_calibrated
-from models.evaluate import ranking_metrics, regression_metrics, resource_metrics, smape, within_group_kendall
+from models.evaluate import oracle_scaled_error, ranking_metrics, regression_metrics, resource_metrics, smape, within_group_kendall
 from models.splits import (few_shot_transfer, held_out_groups, held_out_layer_shapes, held_out_precision,
                            held_out_shapes, leave_one_group_out)
 
@@ -89,14 +91,29 @@ def fpga_features(rows: pd.DataFrame) -> pd.DataFrame:
 
 # --- NeuSight ---------------------------------------------------------------------------------------------
 
-def _neusight_metrics(ok: pd.DataFrame, y, pred) -> dict:
+def op_family(ops) -> np.ndarray:
+    """gemm (matmul / bmm / linear), conv (conv2d) or memory (elementwise, normalisation, reductions)."""
+    ops = np.asarray(ops)
+    return np.where(np.isin(ops, ["matmul", "bmm", "linear"]), "gemm", np.where(ops == "conv2d", "conv", "memory"))
+
+
+def _neusight_metrics(ok: pd.DataFrame, y, pred, oracle: bool = False) -> dict:
+    """Metrics over all rows, per GPU and per op family; ``oracle`` adds, for all rows and per family, the error left
+    after one oracle scale factor per GPU and per (op, GPU) (``models.evaluate.oracle_scaled_error``)."""
     groups = ok["op"].to_numpy() + "@" + ok["hardware"].to_numpy()
+    family = op_family(ok["op"])
+    scopes = ([("all", np.ones(len(ok), bool))]
+              + [(h, (ok["hardware"] == h).to_numpy()) for h in sorted(ok["hardware"].unique())]
+              + [(f"family:{f}", family == f) for f in sorted(set(family))])
     out = {}
-    for scope, mask in [("all", np.ones(len(ok), bool))] + [(h, (ok["hardware"] == h).to_numpy())
-                                                            for h in sorted(ok["hardware"].unique())]:
+    for scope, mask in scopes:
         m = regression_metrics(y[mask], pred[mask])
         m["smape"] = smape(y[mask], pred[mask])
         m["group_kendall_tau"] = within_group_kendall(groups[mask], y[mask], pred[mask])
+        if oracle and (scope == "all" or scope.startswith("family:")):
+            for key, g in [("gpu", ok["hardware"].to_numpy()), ("op_gpu", groups)]:
+                m.update({f"oracle_{key}_scale_{k}": v
+                          for k, v in oracle_scaled_error(g[mask], y[mask], pred[mask]).items()})
         out[scope] = m
     return out
 
@@ -119,7 +136,8 @@ def evaluate_neusight(ds, seed: int, rows, registry, models: dict, emit, out_dir
         t0 = time.perf_counter()
         for _, tr, te in leave_one_group_out(ok, "hardware"):
             pred[te] = make().fit(X.iloc[tr], y[tr]).predict(X.iloc[te])
-        results.append(emit("leave_one_gpu_out", name, _neusight_metrics(ok, y, pred), ok, y, pred,
+        # oracle=True: the anatomy of the unseen-GPU error (what one perfect factor per GPU would leave)
+        results.append(emit("leave_one_gpu_out", name, _neusight_metrics(ok, y, pred, oracle=True), ok, y, pred,
                             time.perf_counter() - t0))
         # held-out shapes: whole (op, shape) configurations held out on every GPU at once
         t0 = time.perf_counter()
@@ -295,7 +313,8 @@ PROTOCOLS = {"neusight": evaluate_neusight, "kerneltuner": evaluate_kerneltuner,
 
 # --- summary ----------------------------------------------------------------------------------------------
 
-SUMMARY = {"neusight": ["n", "mape", "medape", "smape", "r2_log", "group_kendall_tau"],
+SUMMARY = {"neusight": ["n", "mape", "medape", "smape", "r2_log", "group_kendall_tau", "oracle_gpu_scale_medape",
+                        "oracle_op_gpu_scale_medape"],
            "kerneltuner": ["n", "mape", "kendall_tau", "top1_slowdown", "top5_slowdown", "top10_slowdown"],
            "resource": ["n", "r2", "r2_log1p", "smape", "mape", "coverage90"],
            "classify": ["n", "accuracy", "balanced_accuracy", "test_ok_fraction"]}

@@ -66,7 +66,8 @@ def log_run(name: str, split: str, model: str, metrics: dict, frame: pd.DataFram
             unit = "value + 1" if sym else "runtime (ms)"  # zero-heavy targets: y + 1 on log axes
             parity_plot(g, y + shift, np.maximum(p + shift, 1e-12), title, tmp / "parity.png", f"true {unit}", f"predicted {unit}")
             error_cdf_plot(g, y, p, f"{title}: error CDF", tmp / "error_cdf.png", symmetric=sym)
-            bars = {t: metrics[t]["smape"] for t in FPGA_TARGETS} if sym else {h: m["mape"] for h, m in metrics.items() if h != "all"}
+            bars = ({t: metrics[t]["smape"] for t in FPGA_TARGETS} if sym else  # per hardware, not per op family
+                    {h: m["mape"] for h, m in metrics.items() if h != "all" and not h.startswith("family:")})
             bar_plot(bars, "SMAPE (%)" if sym else "MAPE (%)", title, tmp / "per_group.png")
         for fname, df in {"predictions.csv": frame, **extra}.items():
             df.to_csv(tmp / fname, index=False)

@@ -15,7 +15,7 @@ import pytest
 from data.importers.kerneltuner import import_kerneltuner
 from data.importers.neusight import import_neusight
 from data.importers.wa_hls4ml import import_wa_hls4ml
-from models.evaluate import ranking_metrics, smape, topk_slowdown, within_group_kendall
+from models.evaluate import oracle_scaled_error, ranking_metrics, smape, topk_slowdown, within_group_kendall
 from models.splits import (few_shot_transfer, held_out_layer_shapes, held_out_precision, held_out_shapes,
                            leave_one_group_out)
 from models.public_eval import FPGA_TARGETS, fpga_bounds, fpga_features
@@ -66,6 +66,18 @@ def test_within_group_kendall_by_hand():
     # across groups the ranking looks fine even though group b is reversed: the within-group score does not
     big = ["s", "s", "L", "L"]
     assert within_group_kendall(big, [1, 2, 100, 200], [2, 1, 200, 100]) == pytest.approx(-1.0)
+
+
+def test_oracle_scaled_error_by_hand():
+    y = np.array([1.0, 2.0, 4.0, 10.0, 10.0, 10.0])
+    # group g: one 2x factor on every row -> a per-group scale removes the whole error
+    # group h: predictions 10, 12, 8 -> median ratio 1, errors 0, 20, 20 % stay
+    p = np.array([2.0, 4.0, 8.0, 10.0, 12.0, 8.0])
+    groups = ["g", "g", "g", "h", "h", "h"]
+    m = oracle_scaled_error(groups, y, p)
+    assert m["medape"] == pytest.approx(0.0) and m["mape"] == pytest.approx(40 / 6)
+    # one group for everything: the median ratio is 1.6 (between 1.2 and 2), so no row is exact
+    assert oracle_scaled_error(["all"] * 6, y, p)["medape"] > 10
 
 
 # --- splits never leak groups (real rows) -------------------------------------------------------------------
@@ -163,6 +175,10 @@ def test_entry_point_tiny_all_datasets(tmp_path):
     assert set(ns["tags.model"]) == {"xgb", "roofline"}
     loo = ns[(ns["tags.split"] == "leave_one_gpu_out") & (ns["tags.model"] == "xgb")].iloc[0]
     assert np.isfinite(loo["metrics.test/T4/mape"]) and np.isfinite(loo["metrics.test/all/group_kendall_tau"])
+    # the error anatomy (values tested by hand above) is logged for all rows and per op family
+    for key in ["all/oracle_gpu_scale_medape", "all/oracle_op_gpu_scale_mape", "family:gemm/oracle_gpu_scale_medape",
+                "family:memory/medape"]:
+        assert loo[f"metrics.test/{key}"] >= 0, key
     kt = runs[runs["tags.dataset"] == "kerneltuner"]
     assert set(kt["tags.model"]) == {"xgb"}  # roofline cannot rank configs of one kernel: skipped, said so
     assert (kt["metrics.test/A100-PCIe-40GB/top1_slowdown"] >= 1).all()
