@@ -149,24 +149,25 @@ class TabularFeaturizer:
         flops = np.array([c[0] for c in costs])
         nbytes = np.array([c[1] for c in costs])
         specs = [self.registry.get(h) for h in df["hardware"]]
-        peak = np.array([s.peak_flops(dt) for s, dt in zip(specs, df["dtype"])])
+        peak = np.array([s.peak_flops(dt) for s, dt in zip(specs, df["dtype"].to_numpy(object))])
         bw = np.array([s.bandwidth_bytes_s for s in specs])
 
-        X = pd.DataFrame({p: df[p].to_numpy(float) for p in SHAPE_PARAMS})
+        X = {p: df[p].to_numpy(float) for p in SHAPE_PARAMS}  # columns collected first, one DataFrame at the end
+        ops, dtypes = df["op"].to_numpy(object), df["dtype"].to_numpy(object)  # numpy compares: no per-op Series
         for op in OPS:
-            X[f"op_{op}"] = (df["op"] == op).to_numpy(float)
+            X[f"op_{op}"] = (ops == op).astype(float)
         for dt in DTYPES:
-            X[f"dtype_{dt}"] = (df["dtype"] == dt).to_numpy(float)
-        X["dtype_bytes"] = df["dtype"].map(DTYPE_BYTES).to_numpy(float)
+            X[f"dtype_{dt}"] = (dtypes == dt).astype(float)
+        X["dtype_bytes"] = np.array([DTYPE_BYTES.get(dt, np.nan) for dt in dtypes], float)
         X["log2_flops"] = np.log2(flops + 1)
         X["log2_bytes"] = np.log2(nbytes)
         X["tensor_bytes"] = nbytes  # inputs + weights + outputs once: the peak-memory lower bound (models/roofline.py)
         X["log2_intensity"] = np.log2(flops / nbytes + 1e-3)
         X["hw_is_gpu"] = np.array([s.kind == "gpu" for s in specs], float)
-        X["hw_sm_count"] = [float(s.sm_count) for s in specs]
-        X["hw_clock_mhz"] = [float(s.boost_clock_mhz) for s in specs]
-        X["hw_memory_gb"] = [float(s.memory_gb) for s in specs]
-        X["hw_l2_mb"] = [float(s.l2_cache_mb) for s in specs]
+        X["hw_sm_count"] = np.array([float(s.sm_count) for s in specs], float)
+        X["hw_clock_mhz"] = np.array([float(s.boost_clock_mhz) for s in specs], float)
+        X["hw_memory_gb"] = np.array([float(s.memory_gb) for s in specs], float)
+        X["hw_l2_mb"] = np.array([float(s.l2_cache_mb) for s in specs], float)
         X["hw_log2_peak_flops"] = np.log2(peak)
         X["hw_log2_peak_fp32"] = np.log2([s.peak_flops("float32") for s in specs])
         X["hw_log2_bandwidth"] = np.log2(bw)
@@ -176,11 +177,11 @@ class TabularFeaturizer:
         X["roofline_ms"] = roofline_s(flops, nbytes, peak, bw) * 1e3
         X["log2_roofline_ms"] = np.log2(X["roofline_ms"])
         params = [dict(zip(SHAPE_PARAMS, shape)) for shape in shapes]
-        for col, values in transfer_features(df["op"], params, flops, nbytes, X["dtype_bytes"].to_numpy(),
-                                             X["hw_sm_count"].to_numpy(), [s.l2_cache_mb * 2**20 for s in specs],
+        for col, values in transfer_features(df["op"], params, flops, nbytes, X["dtype_bytes"],
+                                             X["hw_sm_count"], [s.l2_cache_mb * 2**20 for s in specs],
                                              peak, bw).items():
             X[col] = values
-        return X
+        return pd.DataFrame(X)
 
 
 class PowerFeaturizer(TabularFeaturizer):
