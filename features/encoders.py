@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from data.hardware import HardwareRegistry, HardwareSpec
-from features.mlir.graph import OP_CLASSES, OpGraph, OpNode, from_layers, node_costs, parse_mlir
+from features.mlir.graph import OP_CLASSES, OpGraph, OpNode, from_layers, launch_kernels, node_costs, parse_mlir
 from features.tabular import FeatureError, TabularFeaturizer
 
 VOCAB_PATH = Path(__file__).resolve().parent / "mlir_vocab.json"
@@ -218,13 +218,16 @@ class GraphEncoder:
     nodes that launch work: not a view, constant, control op or scalar body op).
 
     ``op_names=False`` drops the op-name one-hot (the first :data:`OP_NAME_FEATURES` columns), leaving the
-    op classes, which transfer to op names never seen in training."""
+    op classes, which transfer to op names never seen in training. ``fusion=True`` counts kernels as a fusing
+    runtime launches them (``features.mlir.graph.launch_kernels``: fills and single-use elementwise producers fold
+    into their consumer)."""
 
     name = "graph"
 
-    def __init__(self, registry: HardwareRegistry | None = None, op_names: bool = True):
+    def __init__(self, registry: HardwareRegistry | None = None, op_names: bool = True, fusion: bool = False):
         self.registry = registry
         self.op_names = bool(op_names)
+        self.fusion = bool(fusion)
 
     @property
     def n_features(self) -> int:
@@ -251,7 +254,7 @@ class GraphEncoder:
             x = np.ascontiguousarray(x[:, OP_NAME_FEATURES:])
         costs = node_costs(g)
         roof = [roofline_ms(c.flops, c.bytes, peak, bw) for c in costs]
-        kernel = [float(c.op_class not in ("view_constant", "control", "scalar_body")) for c in costs]
+        kernel = launch_kernels(g, fusion=self.fusion)
         pairs = [*g.edges, *g.nesting]
         kinds = [[1.0, 0.0]] * len(g.edges) + [[0.0, 1.0]] * len(g.nesting)
         edge_index = torch.tensor(pairs, dtype=torch.long).t().reshape(2, -1)

@@ -129,6 +129,30 @@ def test_mlir_contraction_flops_equal_torch_flop_counter(op, params):
     assert sum(c.op_class == "contraction" for c in costs) > 0
 
 
+def test_launch_kernels_fusion_on_real_mlir():
+    """fusion=True counts what a fusing runtime launches: per MLP layer one GEMM and one fused bias + ReLU (the
+    weight transpose and the accumulator fill fold away); a LayerNorm's ~18 linalg ops become a few kernels."""
+    from data.hardware import HardwareRegistry
+    from features.encoders import GraphEncoder
+    from features.mlir.export import export_workload
+    from features.mlir.graph import launch_kernels, node_costs, parse_mlir
+
+    for depth in (1, 3):
+        g = parse_mlir(export_workload("mlp", dict(batch=8, width=64, depth=depth), "float32"))
+        fused = launch_kernels(g, fusion=True)
+        names = [g.nodes[i].name for i, k in enumerate(fused) if k]
+        assert names == ["linalg.matmul", "linalg.generic"] * depth
+        unfused = launch_kernels(g)  # every working node: also the transposes and fills
+        assert unfused == [float(c.op_class not in ("view_constant", "control", "scalar_body")) for c in node_costs(g)]
+        assert sum(unfused) > sum(fused)
+    ln = parse_mlir(export_workload("layernorm", dict(m=64, n=128), "float32"))
+    reductions = sum(c.op_class == "reduction" for c in node_costs(ln))
+    assert reductions <= sum(launch_kernels(ln, fusion=True)) < sum(launch_kernels(ln)) / 2
+    reg = HardwareRegistry.from_dir()
+    data = GraphEncoder(reg, fusion=True).encode(ln, hardware="T4")
+    assert data.kernel.tolist() == launch_kernels(ln, fusion=True)
+
+
 GENERIC = """
 #map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #map1 = affine_map<(d0, d1, d2) -> (d0, d1, 0)>

@@ -429,3 +429,50 @@ def node_costs(g: OpGraph) -> list[NodeCost]:
         cached = [node_cost(n, g) for n in g.nodes]
         object.__setattr__(g, "_costs", cached)
     return cached
+
+
+_TRANSPOSES = ("linalg.transpose", "tosa.transpose", "stablehlo.transpose")
+LAUNCHES = ("contraction", "elementwise", "reduction", "data_movement", "fill")  # classes that run as a kernel
+
+
+def launch_kernels(g: OpGraph, fusion: bool = False) -> list[float]:
+    """Per node, 1 if it launches a kernel, else 0.
+
+    ``fusion=False``: every node of a working class (not a view, constant, control op or body op) is a kernel.
+    ``fusion=True`` counts what a fusing runtime launches (loop fusion as XLA / TorchInductor do it): a
+    ``linalg.fill`` (an accumulator's initial value) is folded into its consumer, and an elementwise node whose
+    result feeds exactly one working node, itself elementwise or a reduction, is fused into it, and so is a transpose
+    feeding exactly one contraction (a GEMM reads a transposed operand through its layout flag; views between them
+    are looked through). Matters for decomposed ops: a LayerNorm lowers to ~15 linalg ops, which eager PyTorch runs
+    as one kernel.
+    """
+    classes = [c.op_class for c in node_costs(g)]
+    kernel = [float(c in LAUNCHES) for c in classes]
+    if not fusion:
+        return kernel
+    uses: dict[int, set[int]] = {}
+    for src, dst in g.edges:
+        uses.setdefault(src, set()).add(dst)
+
+    def consumers(i: int, seen: frozenset = frozenset()) -> set[int]:
+        out = set()
+        for d in uses.get(i, ()):
+            if classes[d] == "view_constant" and d not in seen:
+                out |= consumers(d, seen | {d})
+            else:
+                out.add(d)
+        return out
+
+    for i, cls in enumerate(classes):
+        if cls == "fill":
+            kernel[i] = 0.0
+        elif cls == "elementwise":
+            cons = consumers(i)
+            if len(cons) == 1 and classes[next(iter(cons))] in ("elementwise", "reduction"):
+                kernel[i] = 0.0
+        elif g.nodes[i].name in _TRANSPOSES:
+            cons = consumers(i)
+            if len(cons) == 1 and classes[next(iter(cons))] == "contraction":
+                kernel[i] = 0.0
+    return kernel
+
