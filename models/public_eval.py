@@ -8,7 +8,7 @@ kind="runtime")``, which tracks it (MLflow there, a list in the tests).
 * **neusight**: features = workload shape + hardware spec sheet only (``features.tabular``; never the ``meta``
   columns observed by running). Splits: leave-one-GPU-out over the measured GPUs (train on 4, test on the 5th,
   rotate) and held-out shapes (grouped by ``shape_id``). Metrics: MAPE, MedAPE, SMAPE, R^2(log10), Kendall tau
-  within each (op, GPU) group, for all rows, per GPU and per op family (gemm / conv / memory); leave-one-GPU-out
+  within each (op, GPU) group, for all rows, per GPU and per op family (gemm / conv / norm / softmax / elementwise); leave-one-GPU-out
   adds the error left after an oracle scale factor per GPU and per (op, GPU) (``oracle_*_scale_*``, a diagnostic
   read from the test labels, never a score). Then a model fitted on every measured GPU predicts the spec-only GPUs
   (``ds.spec_only``): written to ``<out_dir>/public_eval/neusight_spec_only_predictions.csv``; no labels exist,
@@ -38,7 +38,7 @@ import pandas as pd
 from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from data.hardware import HardwareRegistry
-from data.workloads import SHAPE_PARAMS
+from data.workloads import SHAPE_PARAMS, family as op_family
 from features.tabular import TabularFeaturizer
 from models.classify import FeasibilityClassifier
 from models.conformal import fit_calibrated
@@ -91,17 +91,11 @@ def fpga_features(rows: pd.DataFrame) -> pd.DataFrame:
 
 # --- NeuSight ---------------------------------------------------------------------------------------------
 
-def op_family(ops) -> np.ndarray:
-    """gemm (matmul / bmm / linear), conv (conv2d) or memory (elementwise, normalisation, reductions)."""
-    ops = np.asarray(ops)
-    return np.where(np.isin(ops, ["matmul", "bmm", "linear"]), "gemm", np.where(ops == "conv2d", "conv", "memory"))
-
-
 def _neusight_metrics(ok: pd.DataFrame, y, pred, oracle: bool = False) -> dict:
-    """Metrics over all rows, per GPU and per op family; ``oracle`` adds, for all rows and per family, the error left
+    """Metrics over all rows, per GPU and per op family (``data.workloads.family``); ``oracle`` adds, for all rows and per family, the error left
     after one oracle scale factor per GPU and per (op, GPU) (``models.evaluate.oracle_scaled_error``)."""
     groups = ok["op"].to_numpy() + "@" + ok["hardware"].to_numpy()
-    family = op_family(ok["op"])
+    family = np.array([op_family(op) for op in ok["op"]])
     scopes = ([("all", np.ones(len(ok), bool))]
               + [(h, (ok["hardware"] == h).to_numpy()) for h in sorted(ok["hardware"].unique())]
               + [(f"family:{f}", family == f) for f in sorted(set(family))])

@@ -177,7 +177,7 @@ def test_entry_point_tiny_all_datasets(tmp_path):
     assert np.isfinite(loo["metrics.test/T4/mape"]) and np.isfinite(loo["metrics.test/all/group_kendall_tau"])
     # the error anatomy (values tested by hand above) is logged for all rows and per op family
     for key in ["all/oracle_gpu_scale_medape", "all/oracle_op_gpu_scale_mape", "family:gemm/oracle_gpu_scale_medape",
-                "family:memory/medape"]:
+                "family:elementwise/medape"]:
         assert loo[f"metrics.test/{key}"] >= 0, key
     kt = runs[runs["tags.dataset"] == "kerneltuner"]
     assert set(kt["tags.model"]) == {"xgb"}  # roofline cannot rank configs of one kernel: skipped, said so
