@@ -49,6 +49,12 @@ def registry() -> HardwareRegistry:
     return HardwareRegistry.from_dir()
 
 
+def run_entry(module: str, *overrides: str, out: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m <module> <overrides> paths.output_dir=<out>`` from the repo root, everything generated under ``out``."""
+    return subprocess.run([sys.executable, "-m", module, *overrides, f"paths.output_dir={out}"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout, env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(out)})
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, env={**os.environ, **(env or {})}, timeout=300)
@@ -58,8 +64,6 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
 def tiny_run(tmp_path_factory) -> dict:
     """The real entry point (``python -m pipelines.run``) at a tiny size against a temp sqlite store."""
     out = tmp_path_factory.mktemp("run")
-    proc = subprocess.run([sys.executable, "-m", "pipelines.run", "debug=tiny", f"paths.output_dir={out}"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600,
-                          env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(out)})
+    proc = run_entry("pipelines.run", "debug=tiny", out=out, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"out": out, "uri": f"sqlite:///{out / 'mlflow.db'}", "stdout": proc.stdout, "stderr": proc.stderr}

@@ -224,13 +224,11 @@ def test_transformer_fit_predict_save_load(tmp_path):
 @pytest.mark.slow
 def test_networks_entry_point_tiny(tmp_path):
     """The real entry point: measure tiny networks on this CPU, export MLIR, fit, score, log to MLflow."""
-    import subprocess
-    import sys
-
     import mlflow
 
-    out = subprocess.run([sys.executable, "-m", "pipelines.networks", "tiny=true", f"paths.output_dir={tmp_path}"],
-                         capture_output=True, text=True, timeout=300)
+    from tests.conftest import run_entry
+
+    out = run_entry("pipelines.networks", "tiny=true", out=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     for name in ("held_out_mlp", "held_out_cnn", "held_out_transformer", "deeper", "gnn", "xgb_layer_sum",
                  "roofline_sum", "roofline_fit"):

@@ -8,7 +8,7 @@ import pytest
 
 from data.importers import DatasetError
 from data.schema import COLUMNS
-from tests.conftest import SHARED
+from tests.conftest import SHARED, run_entry
 
 pytestmark = pytest.mark.skipif(not (SHARED / "hopper").exists(), reason="../shared/data not present")
 
@@ -183,17 +183,11 @@ def test_missing_folder_is_one_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_entry_point_writes_parquet(tmp_path):
-    import subprocess
-    import sys
-
     from data.store import read_dataset
-    from tests.conftest import ROOT
-    proc = subprocess.run([sys.executable, "-m", "pipelines.import_data", "source=[hopper,wa_hls4ml]",
-                           f"data_root={SHARED}", f"paths.output_dir={tmp_path}"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+    proc = run_entry("pipelines.import_data", "source=[hopper,wa_hls4ml]", f"data_root={SHARED}", out=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(read_dataset(tmp_path / "datasets" / "import" / "hopper.parquet")) == 563
     assert len(read_dataset(tmp_path / "datasets" / "import" / "wa_hls4ml.parquet")) == 2142
-    bad = subprocess.run([sys.executable, "-m", "pipelines.import_data", "source=nope", f"paths.output_dir={tmp_path}"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    bad = run_entry("pipelines.import_data", "source=nope", out=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("import_data: error: unknown source")

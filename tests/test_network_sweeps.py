@@ -2,9 +2,6 @@
 hparams_search={gnn,transformer}_optuna`` (conf/hparams_search), the ``sweep`` block of conf/networks.yaml (which
 models a trial fits, which splits it scores, the returned objective) and the measurement cache every trial shares.
 Real parts: tiny mlps measured on this CPU, a real subprocess multirun, a temp sqlite MLflow store."""
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -14,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_entry
 
 SEARCHES = [("gnn_optuna", "gnn", "gnn"), ("transformer_optuna", "transformer", "token_transformer")]
 
@@ -84,10 +81,8 @@ def test_measurement_cache_gives_every_trial_the_same_data(tmp_path):
 
 @pytest.mark.slow
 def test_two_trial_gnn_sweep_logs_every_trial(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.networks", "-m", "hparams_search=gnn_optuna", "tiny=true",
-         "hydra.sweeper.n_trials=2", "sweep.splits=[held_out_transformer,deeper]", f"paths.output_dir={tmp_path}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(tmp_path)})
+    proc = run_entry("pipelines.networks", "-m", "hparams_search=gnn_optuna", "tiny=true", "hydra.sweeper.n_trials=2",
+                     "sweep.splits=[held_out_transformer,deeper]", out=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)

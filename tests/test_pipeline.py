@@ -1,7 +1,5 @@
 """The main job end to end (real entry point, real CPU kernels, real MLflow sqlite store) at a tiny size."""
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
@@ -12,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from data.schema import dataset_hash
 from data.store import read_dataset
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_entry
 
 pytestmark = pytest.mark.slow
 
@@ -120,9 +118,7 @@ def test_target_picks_baseline_column_and_registry_name():
 
 
 def _run_job(out: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.run", "debug=tiny", f"paths.output_dir={out}", *overrides],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600,
-                          env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(out)})
+    return run_entry("pipelines.run", "debug=tiny", *overrides, out=out, timeout=600)
 
 
 def test_memory_target_registers_a_peak_memory_model(tmp_path):

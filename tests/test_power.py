@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,7 +18,7 @@ from models.power import network_totals
 from models.pyfunc import PowerPyfunc, save_power_artifacts
 from models.splits import grouped_kfold, held_out_shapes, leave_one_family_out
 from models.power_eval import TARGETS, make_surrogate, noise_floor, out_of_fold
-from tests.conftest import ROOT, SHARED, run_cli
+from tests.conftest import SHARED, run_cli, run_entry
 
 pytestmark = pytest.mark.skipif(not (SHARED / "hopper" / "h200_kernels.csv").exists(), reason="no shared H200 data")
 CFG = OmegaConf.create({"seed": 0, "power_cap": 1.12,
@@ -173,9 +171,8 @@ def test_mlir_row_costs_the_sum_of_its_kernels(data, fitted, registry, tmp_path)
 
 @pytest.mark.slow
 def test_entry_point_registers_and_cli_predicts_power(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pipelines.power", "models=[analytical,residual]", "cv.folds=2",
-                           "xgb.n_estimators=100", f"paths.output_dir={tmp_path}", f"data_root={SHARED}"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = run_entry("pipelines.power", "models=[analytical,residual]", "cv.folds=2", "xgb.n_estimators=100",
+                     f"data_root={SHARED}", out=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "noise floor" in proc.stdout and "registered 'residual' as costmodel-power" in proc.stdout
     workloads = tmp_path / "net.csv"

@@ -3,9 +3,6 @@ shared data), bounded FPGA predictions, and the entry point on tiny subsamples a
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import mlflow
 import numpy as np
@@ -20,7 +17,7 @@ from models.splits import (few_shot_transfer, held_out_layer_shapes, held_out_pr
                            leave_one_group_out)
 from models.public_eval import FPGA_TARGETS, fpga_bounds, fpga_features
 from models.tree import RandomForestModel, XGBoostModel
-from tests.conftest import ROOT, SHARED
+from tests.conftest import SHARED, run_entry
 
 
 @pytest.fixture(scope="module")
@@ -152,10 +149,8 @@ def test_one_multi_target_model_bounded_within_part(wa, registry, cls):
 @pytest.mark.slow
 def test_entry_point_tiny_all_datasets(tmp_path):
     """One Hydra multirun over the three datasets (tiny=true), one shared sqlite store."""
-    proc = subprocess.run([sys.executable, "-m", "pipelines.evaluate", "-m", "dataset=neusight,kerneltuner,wa_hls4ml",
-                           "tiny=true", "model=[xgb,roofline]", f"paths.output_dir={tmp_path}", f"data_root={SHARED}"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(tmp_path)})
+    proc = run_entry("pipelines.evaluate", "-m", "dataset=neusight,kerneltuner,wa_hls4ml", "tiny=true",
+                     "model=[xgb,roofline]", f"data_root={SHARED}", out=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     try:

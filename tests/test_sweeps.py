@@ -1,14 +1,11 @@
 """Hyper-parameter sweeps: ``python -m pipelines.run -m hparams_search=...`` (Hydra + Optuna sweeper) at a tiny size,
 as a real subprocess against a temp sqlite MLflow store."""
-import os
-import subprocess
-import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_entry
 
 
 @pytest.mark.parametrize("search,model", [("xgb_optuna", "xgb"), ("rf_optuna", "rf")])
@@ -25,10 +22,8 @@ def test_search_spaces_compose(search, model):
 
 @pytest.mark.slow
 def test_two_trial_xgb_sweep_logs_every_trial_and_guards_champion(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.run", "-m", "hparams_search=xgb_optuna", "debug=tiny",
-         "collect.cpu.enabled=false", "hydra.sweeper.n_trials=2", f"paths.output_dir={tmp_path}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(tmp_path)})
+    proc = run_entry("pipelines.run", "-m", "hparams_search=xgb_optuna", "debug=tiny", "collect.cpu.enabled=false",
+                     "hydra.sweeper.n_trials=2", out=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
