@@ -15,7 +15,9 @@ Public-data evaluation (``pipelines/evaluate.py``) adds:
   / min(true value over all configs); 1.0 = the model's top-k contains the true best;
 * the error left after an *oracle* per-group scale (each group's predictions divided by that group's median
   predicted / true ratio, read from the test labels): a diagnostic that splits an error into a per-group scale
-  (e.g. one factor per unseen GPU) and what no single factor can fix. Never a model's score.
+  (e.g. one factor per unseen GPU) and what no single factor can fix. Never a model's score;
+* its honest counterpart, few-shot calibration: each group's factor is the median true / predicted ratio of k rows
+  of that group drawn at random (k measurements on a new GPU), scored on the group's other rows only.
 """
 from __future__ import annotations
 
@@ -67,6 +69,34 @@ def oracle_scaled_error(groups, y_true, y_pred) -> dict[str, float]:
     log_ratio = pd.Series(np.log(y_pred / y_true)).groupby(np.asarray(groups)).transform("median").to_numpy()
     ape = np.abs(y_pred * np.exp(-log_ratio) - y_true) / y_true * 100
     return {"medape": float(np.median(ape)), "mape": float(np.mean(ape))}
+
+
+def few_shot_scaled_error(groups, y_true, y_pred, k: int, seed: int = 0, draws: int = 5) -> dict[str, float]:
+    """MedAPE / MAPE (%) after scaling each group's predictions by the median true / pred ratio of ``k`` of its rows.
+
+    The k calibration rows are drawn at random per group (``draws`` times, seeded) and never scored; groups with
+    k rows or fewer are skipped. Returns the mean over draws of MedAPE and MAPE, and the rows scored per draw.
+    """
+    y_true, y_pred, groups = np.asarray(y_true, float), np.asarray(y_pred, float), np.asarray(groups)
+    rng = np.random.default_rng(seed)
+    medape, mape, n = [], [], 0
+    for _ in range(draws):
+        ape = []
+        for g in np.unique(groups):
+            rows = np.flatnonzero(groups == g)
+            if len(rows) <= k:
+                continue
+            calib = rng.choice(rows, size=k, replace=False)
+            rest = np.setdiff1d(rows, calib)
+            factor = np.median(y_true[calib] / y_pred[calib])
+            ape.append(np.abs(y_pred[rest] * factor - y_true[rest]) / y_true[rest] * 100)
+        if not ape:
+            return {"medape": float("nan"), "mape": float("nan"), "n": 0.0}
+        ape = np.concatenate(ape)
+        medape.append(np.median(ape))
+        mape.append(np.mean(ape))
+        n = len(ape)
+    return {"medape": float(np.mean(medape)), "mape": float(np.mean(mape)), "n": float(n)}
 
 
 def topk_slowdown(y_true, y_pred, k: int) -> float:

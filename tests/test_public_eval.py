@@ -12,7 +12,7 @@ import pytest
 from data.importers.kerneltuner import import_kerneltuner
 from data.importers.neusight import import_neusight
 from data.importers.wa_hls4ml import import_wa_hls4ml
-from models.evaluate import oracle_scaled_error, ranking_metrics, smape, topk_slowdown, within_group_kendall
+from models.evaluate import few_shot_scaled_error, oracle_scaled_error, ranking_metrics, smape, topk_slowdown, within_group_kendall
 from models.splits import (few_shot_transfer, held_out_layer_shapes, held_out_precision, held_out_shapes,
                            leave_one_group_out)
 from models.public_eval import FPGA_TARGETS, fpga_bounds, fpga_features
@@ -75,6 +75,18 @@ def test_oracle_scaled_error_by_hand():
     assert m["medape"] == pytest.approx(0.0) and m["mape"] == pytest.approx(40 / 6)
     # one group for everything: the median ratio is 1.6 (between 1.2 and 2), so no row is exact
     assert oracle_scaled_error(["all"] * 6, y, p)["medape"] > 10
+
+
+def test_few_shot_scaled_error_by_hand():
+    rng = np.random.default_rng(0)
+    y = rng.uniform(1, 10, 60)
+    groups = np.repeat(["a", "b"], 30)
+    p = y * np.where(groups == "a", 2.0, 0.5)  # one exact factor per group: any k rows recover it
+    m = few_shot_scaled_error(groups, y, p, k=3)
+    assert m["medape"] == pytest.approx(0.0, abs=1e-9) and m["n"] == 54  # the 2 x 3 calibration rows are not scored
+    noisy = p * rng.lognormal(0, 0.2, 60)  # per-row noise stays
+    assert few_shot_scaled_error(groups, y, noisy, k=10)["medape"] > 5
+    assert few_shot_scaled_error(groups, y, noisy, k=30)["n"] == 0  # no group has more than k rows: nothing scored
 
 
 # --- splits never leak groups (real rows) -------------------------------------------------------------------
@@ -172,7 +184,7 @@ def test_entry_point_tiny_all_datasets(tmp_path):
     assert np.isfinite(loo["metrics.test/T4/mape"]) and np.isfinite(loo["metrics.test/all/group_kendall_tau"])
     # the error anatomy (values tested by hand above) is logged for all rows and per op family
     for key in ["all/oracle_gpu_scale_medape", "all/oracle_op_gpu_scale_mape", "family:gemm/oracle_gpu_scale_medape",
-                "family:elementwise/medape"]:
+                "family:elementwise/medape", "all/few_shot_10_medape", "family:gemm/few_shot_10_mape"]:
         assert loo[f"metrics.test/{key}"] >= 0, key
     kt = runs[runs["tags.dataset"] == "kerneltuner"]
     assert set(kt["tags.model"]) == {"xgb"}  # roofline cannot rank configs of one kernel: skipped, said so
