@@ -142,7 +142,10 @@ class TabularFeaturizer:
         return df
 
     def transform(self, workloads: pd.DataFrame) -> pd.DataFrame:
-        df = self.check(workloads)
+        return self.features(self.check(workloads))
+
+    def features(self, df: pd.DataFrame) -> pd.DataFrame:
+        """The feature frame of a frame :meth:`check` already validated and normalised."""
         shapes = df[list(SHAPE_PARAMS)].to_numpy()  # validated by check(); unused params are 0
         costs = [count_cost(op, dict(zip(SHAPE_PARAMS, shape)), dt)
                  for op, dt, shape in zip(df["op"], df["dtype"], shapes)]
@@ -201,8 +204,8 @@ class PowerFeaturizer(TabularFeaturizer):
     def transform(self, workloads: pd.DataFrame) -> pd.DataFrame:
         from data.backends.sim_roofline import SimRooflineBackend, analytical_power_w, utilisation
 
-        X = super().transform(workloads)
-        df = self.check(workloads)
+        df = self.check(workloads)  # once: the tabular columns and the power terms both read the checked frame
+        X = self.features(df)
         backends = {}
         runtime_s, idle, tdp = [], [], []
         for i, (op, dt, hw) in enumerate(zip(df["op"], df["dtype"], df["hardware"])):
