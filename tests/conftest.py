@@ -55,6 +55,21 @@ def run_entry(module: str, *overrides: str, out: Path, timeout: int = 300) -> su
                           text=True, cwd=ROOT, timeout=timeout, env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(out)})
 
 
+def two_trial_sweep(module: str, *overrides: str, out: Path, experiment: str, run_prefix: str):
+    """A 2-trial Optuna multirun of an entry point; checks it logged one MLflow run per trial, named
+    ``<run_prefix>-trial<i>``, and returns ``(client, runs)`` of its sqlite store."""
+    from mlflow import MlflowClient
+
+    proc = run_entry(module, "-m", "hydra.sweeper.n_trials=2", *overrides, out=out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    uri = f"sqlite:///{out / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert sorted(r.data.tags["sweep_trial"] for r in runs) == ["0", "1"]
+    assert sorted(r.info.run_name for r in runs) == [f"{run_prefix}-trial0", f"{run_prefix}-trial1"]
+    return client, runs
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, env={**os.environ, **(env or {})}, timeout=300)

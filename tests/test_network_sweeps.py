@@ -8,10 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, run_entry
+from tests.conftest import ROOT, two_trial_sweep
 
 SEARCHES = [("gnn_optuna", "gnn", "gnn"), ("transformer_optuna", "transformer", "token_transformer")]
 
@@ -81,14 +80,9 @@ def test_measurement_cache_gives_every_trial_the_same_data(tmp_path):
 
 @pytest.mark.slow
 def test_two_trial_gnn_sweep_logs_every_trial(tmp_path):
-    proc = run_entry("pipelines.networks", "-m", "hparams_search=gnn_optuna", "tiny=true", "hydra.sweeper.n_trials=2",
-                     "sweep.splits=[held_out_transformer,deeper]", out=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    runs = client.search_runs([client.get_experiment_by_name("costmodel-networks").experiment_id])
-    assert sorted(r.data.tags["sweep_trial"] for r in runs) == ["0", "1"]
-    assert sorted(r.info.run_name for r in runs) == ["networks-trial0", "networks-trial1"]
+    client, runs = two_trial_sweep("pipelines.networks", "hparams_search=gnn_optuna", "tiny=true",
+                                   "sweep.splits=[held_out_transformer,deeper]", out=tmp_path,
+                                   experiment="costmodel-networks", run_prefix="networks")
     by_trial = {r.data.tags["sweep_trial"]: r for r in runs}
     # trial 0 measured, trial 1 reused the cache: same networks, same baselines
     assert by_trial["0"].data.params["measurements_cached"] == "False"

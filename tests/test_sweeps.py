@@ -3,9 +3,8 @@ as a real subprocess against a temp sqlite MLflow store."""
 
 import pytest
 from hydra import compose, initialize_config_dir
-from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, run_entry
+from tests.conftest import ROOT, two_trial_sweep
 
 
 @pytest.mark.parametrize("search,model", [("xgb_optuna", "xgb"), ("rf_optuna", "rf")])
@@ -22,14 +21,8 @@ def test_search_spaces_compose(search, model):
 
 @pytest.mark.slow
 def test_two_trial_xgb_sweep_logs_every_trial_and_guards_champion(tmp_path):
-    proc = run_entry("pipelines.run", "-m", "hparams_search=xgb_optuna", "debug=tiny", "collect.cpu.enabled=false",
-                     "hydra.sweeper.n_trials=2", out=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    runs = client.search_runs([client.get_experiment_by_name("costmodel").experiment_id])
-    assert sorted(r.data.tags["sweep_trial"] for r in runs) == ["0", "1"]
-    assert sorted(r.info.run_name for r in runs) == ["xgb-trial0", "xgb-trial1"]
+    client, runs = two_trial_sweep("pipelines.run", "hparams_search=xgb_optuna", "debug=tiny", "collect.cpu.enabled=false",
+                                   out=tmp_path, experiment="costmodel", run_prefix="xgb")
     # the two trials searched different hyper-parameters, and each logged them
     searched = [{k: r.data.params[f"xgb.{k}"] for k in ("n_estimators", "learning_rate", "max_depth")} for r in runs]
     assert searched[0] != searched[1]
