@@ -8,10 +8,11 @@ kind="runtime")``, which tracks it (MLflow there, a list in the tests).
 * **neusight**: features = workload shape + hardware spec sheet only (``features.tabular``; never the ``meta``
   columns observed by running). Splits: leave-one-GPU-out over the measured GPUs (train on 4, test on the 5th,
   rotate) and held-out shapes (grouped by ``shape_id``). Metrics: MAPE, MedAPE, SMAPE, R^2(log10), Kendall tau
-  within each (op, GPU) group, for all rows, per GPU and per op family (gemm / conv / norm / softmax / elementwise); leave-one-GPU-out
-  adds the error left after an oracle scale factor per GPU and per (op, GPU) (``oracle_*_scale_*``, a diagnostic
-  read from the test labels, never a score) and the honest counterpart, a factor per GPU fitted on 10 or 100 of
-  its rows and scored on the others (``few_shot_*``). Then a model fitted on every measured GPU predicts the spec-only GPUs
+  within each (op, GPU) group, for all rows, per GPU and per op family (gemm / conv / norm / softmax /
+  elementwise); leave-one-GPU-out adds the error left after an oracle scale factor per GPU and per (op, GPU)
+  (``oracle_*_scale_*``, a diagnostic read from the test labels, never a score) and the honest counterpart, a
+  factor per GPU fitted on 10 or 100 of its rows and scored on the others (``few_shot_*``). Then a model fitted on
+  every measured GPU predicts the spec-only GPUs
   (``ds.spec_only``): written to ``<out_dir>/public_eval/neusight_spec_only_predictions.csv``; no labels exist,
   so no error is reported.
 * **kerneltuner**: features = the tunables of ``config`` (JSON, expanded to numeric columns) + the GPU's spec
@@ -43,7 +44,8 @@ from data.workloads import SHAPE_PARAMS, family as op_family
 from features.tabular import TabularFeaturizer
 from models.classify import FeasibilityClassifier
 from models.conformal import fit_calibrated
-from models.evaluate import few_shot_scaled_error, oracle_scaled_error, ranking_metrics, regression_metrics, resource_metrics, smape, within_group_kendall
+from models.evaluate import (few_shot_scaled_error, oracle_scaled_error, ranking_metrics, regression_metrics,
+                             resource_metrics, smape, within_group_kendall)
 from models.splits import (few_shot_transfer, held_out_groups, held_out_layer_shapes, held_out_precision,
                            held_out_shapes, leave_one_group_out)
 
@@ -100,10 +102,11 @@ def _neusight_metrics(ok: pd.DataFrame, y, pred, oracle: bool = False) -> dict:
     per family, the error left after one oracle scale factor per GPU and per (op, GPU)
     (``models.evaluate.oracle_scaled_error``) and after a factor per GPU fitted on k of its rows
     (``few_shot_scaled_error``, k in :data:`FEW_SHOTS`)."""
-    groups = ok["op"].to_numpy() + "@" + ok["hardware"].to_numpy()
+    hardware = ok["hardware"].to_numpy()
+    groups = ok["op"].to_numpy() + "@" + hardware
     family = np.array([op_family(op) for op in ok["op"]])
     scopes = ([("all", np.ones(len(ok), bool))]
-              + [(h, (ok["hardware"] == h).to_numpy()) for h in sorted(ok["hardware"].unique())]
+              + [(h, hardware == h) for h in sorted(set(hardware))]
               + [(f"family:{f}", family == f) for f in sorted(set(family))])
     out = {}
     for scope, mask in scopes:
@@ -111,12 +114,12 @@ def _neusight_metrics(ok: pd.DataFrame, y, pred, oracle: bool = False) -> dict:
         m["smape"] = smape(y[mask], pred[mask])
         m["group_kendall_tau"] = within_group_kendall(groups[mask], y[mask], pred[mask])
         if oracle and (scope == "all" or scope.startswith("family:")):
-            for key, g in [("gpu", ok["hardware"].to_numpy()), ("op_gpu", groups)]:
+            for key, g in [("gpu", hardware), ("op_gpu", groups)]:
                 m.update({f"oracle_{key}_scale_{k}": v
                           for k, v in oracle_scaled_error(g[mask], y[mask], pred[mask]).items()})
             for shots in FEW_SHOTS:  # k measured rows of the new GPU fix its factor; scored on its other rows
                 m.update({f"few_shot_{shots}_{k}": v for k, v in few_shot_scaled_error(
-                    ok["hardware"].to_numpy()[mask], y[mask], pred[mask], shots).items()})
+                    hardware[mask], y[mask], pred[mask], shots).items()})
         out[scope] = m
     return out
 
