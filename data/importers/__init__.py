@@ -32,7 +32,7 @@ DEFAULT_ROOT = REPO.parent / "shared" / "data"
 EPOCH = pd.Timestamp(0, tz="UTC")
 
 # Every source has a module data/importers/<name>.py with a function import_<name>(root=None, registry=None).
-SOURCES = ("neusight", "kerneltuner", "wa_hls4ml", "hopper")
+SOURCES = ("neusight", "kerneltuner", "wa_hls4ml", "hopper", "deepbench")
 
 
 class DatasetError(ValueError):
