@@ -3,8 +3,11 @@
     python -m pipelines.import_data source=neusight          # or kerneltuner, wa_hls4ml, hopper, all
     python -m pipelines.import_data 'source=[hopper,wa_hls4ml]'
     python -m pipelines.import_data source=all data_root=/path/to/shared/data paths.output_dir=out
+    python -m pipelines.import_data source=reference      # regenerate the shipped pack reference/ (data/reference.py)
 
-Writes ``<output_dir>/datasets/import/<source>.parquet`` (validated, atomic) and prints rows / errors per source.
+Writes ``<output_dir>/datasets/import/<source>.parquet`` (validated, atomic) and prints rows / errors per source;
+``source=reference`` writes the versioned pack of real runtime measurements into ``paths.reference_dir``
+(default: ``<repo>/reference``) instead.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from data.store import write_dataset
 def import_source(name: str, data_root=None, registry: HardwareRegistry | None = None):
     """Rows of one source (``name`` in :data:`data.importers.SOURCES`)."""
     if name not in SOURCES:
-        raise DatasetError(f"unknown source {name!r}; known: {', '.join(SOURCES)}, all")
+        raise DatasetError(f"unknown source {name!r}; known: {', '.join(SOURCES)}, all, reference")
     module = importlib.import_module(f"data.importers.{name}")
     return getattr(module, f"import_{name}")(data_root, registry=registry)
 
@@ -35,6 +38,14 @@ def run(cfg: DictConfig) -> dict[str, Path]:
     names = list(cfg.source) if isinstance(cfg.source, ListConfig) else [str(cfg.source)]
     if names == ["all"]:
         names = list(SOURCES)
+    if names == ["reference"]:  # the shipped pack of real runtime measurements (data/reference.py)
+        from data import reference
+        t0 = time.perf_counter()
+        path = reference.write_reference(reference.build_reference(cfg.data_root, registry),
+                                         cfg.paths.get("reference_dir") or reference.REFERENCE_DIR, cfg.data_root)
+        print(f"{reference.describe_reference(reference.load_reference(path), path)}\nsha256 "
+              f"{reference.verify_reference(path)}, {time.perf_counter() - t0:.1f} s -> {path}", flush=True)
+        return {"reference": path}
     out = Path(cfg.paths.output_dir).resolve() / "datasets" / "import"
     written = {}
     for name in names:
