@@ -130,7 +130,7 @@ def write_reference(pack: pd.DataFrame, directory: str | Path = REFERENCE_DIR, d
     if COUNTS_BEGIN not in text or COUNTS_END not in text:
         raise ReferenceError(f"{readme}: no counts block ({COUNTS_BEGIN} ... {COUNTS_END}) to update")
     pattern = re.escape(COUNTS_BEGIN) + ".*?" + re.escape(COUNTS_END)
-    _write_text(readme, re.sub(pattern, lambda _: block, text, flags=re.S))
+    _write_text(readme, re.sub(pattern, lambda _: block, text, flags=re.DOTALL))
     return path
 
 
@@ -199,8 +199,8 @@ def describe_reference(rows: pd.DataFrame, path: str | Path | None = None) -> st
     except ValueError:
         where = path
     per_source = rows.groupby("source", sort=True)
-    lines = [f"real runtime measurements from {where}: {len(rows):,} rows, {rows['hardware'].nunique()} hardware, "
-             f"dtypes {', '.join(sorted(rows['dtype'].unique()))}"]
+    lines = [(f"real runtime measurements from {where}: {len(rows):,} rows, {rows['hardware'].nunique()} hardware, "
+              f"dtypes {', '.join(sorted(rows['dtype'].unique()))}")]
     for source, part in per_source:
         lines.append(f"  {source}: {len(part):,} rows on {', '.join(sorted(part['hardware'].unique()))} "
                      f"({', '.join(sorted(part['dtype'].unique()))}; ops {', '.join(sorted(part['op'].unique()))})")

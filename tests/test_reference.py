@@ -6,8 +6,17 @@ import shutil
 import pandas as pd
 import pytest
 
-from data.reference import (PACK_NAME, REFERENCE_DIR, SUMS_NAME, ReferenceError, describe_reference, load_reference,
-                            reference_summary, verify_reference, write_reference)
+from data.reference import (
+    PACK_NAME,
+    REFERENCE_DIR,
+    SUMS_NAME,
+    ReferenceError,
+    describe_reference,
+    load_reference,
+    reference_summary,
+    verify_reference,
+    write_reference,
+)
 from data.schema import COLUMNS
 from tests.conftest import SHARED, run_entry
 
