@@ -45,16 +45,22 @@ Conventions, DeepBench -> ours (:mod:`data.workloads`):
 * Repeated shapes: a few configurations appear twice in a sheet (e.g. ResNet 14x14x256 -> 1024 at batch 16);
   both rows are kept as measured.
 
-Rows per GPU and precision, and the cross-source check against NeuSight (same GPU, other software), are printed by
-``python -m data.importers.deepbench`` (needs ../shared/data). Its output here (2-core CPU container, no GPU
-involved: the numbers are the files'), abridged:
+Measured, ``python -m data.importers.deepbench`` (reads the workbooks and NeuSight's GEMM files; no GPU involved):
 
-* imported: 160 GEMM + 68 conv2d rows per GPU sheet (26 conv rows have non-square filters or unequal pads /
-  strides), 13 GPU sheets (11 float32, 3 float16 of which P100's is pseudo fp16) = 2964 rows on 10 GPUs;
-  skipped: 4 inference workbooks (int8), the KNL workbook, RNN / sparse / all-reduce sections.
-* DeepBench vs NeuSight on the same GPUs (float32 ``nn.Linear``-like GEMMs, DeepBench ``T N`` vs NeuSight linear,
-  achieved TFLOP/s = flops / runtime, median over GEMMs of >= 10 GFLOP): see :func:`cross_check` and the table in
-  reference/README.md, regenerated with the pack.
+* 3198 rows on 10 GPUs: per GPU sheet 160 GEMM + 86 forward-conv rows (8 conv rows with non-square filters
+  skipped), 13 sheets (10 float32; float16 on V100 / T4 tensor cores and P100 pseudo fp16). Skipped and counted:
+  the 4 int8 inference workbooks (275 rows each), the KNL workbook (342), recurrent (53-54 per sheet) and
+  all-reduce (25-35) sections. No pads or strides differ between height and width in these files.
+* DeepBench vs NeuSight, float32 GEMMs (:func:`cross_check`). No (m, n, k) is in both (NeuSight's shapes are
+  random, DeepBench's come from networks, multiples of 8-32). On neighbouring shapes (DeepBench ``T N`` GEMMs with
+  NeuSight linear rows whose m, n, k are each within 20%: 11 per GPU), DeepBench's achieved TFLOP/s is a median
+  1.46x NeuSight's on P100 (range 1.29-3.42), 1.59x on V100 (1.05-2.01; its SXM2 board boosts to 1530 MHz, NeuSight's
+  PCIe board to 1380: 1.11x of it) and 1.23x on T4 (1.03-1.63). At the plateau they agree better: the 90th percentile
+  of achieved / float32 peak over GEMMs >= 10 GFLOP is 0.97 (DeepBench) vs 0.76 (NeuSight) on P100, 0.90 vs 0.88 on
+  V100, 0.56 vs 0.42 on T4. Reading: the two sources agree within a few % on what a V100 reaches and differ by
+  up to 1.3x at the plateau and 1.2-1.6x at mid sizes, where NeuSight's unaligned shapes (odd m, n, k) and its
+  timing (CUDA events around calls vs DeepBench's host-timed mean of a back-to-back loop, older cuBLAS) differ.
+  A model trained on both sees this as source-dependent noise of that size on the same GPU.
 """
 from __future__ import annotations
 
