@@ -161,13 +161,13 @@ def _rmsnorm(p, dtype, device):
 
 
 def _embedding(p, dtype, device):
-    table = _t((p["k"], p["n"]), dtype, device)
+    mod = torch.nn.Embedding(p["k"], p["n"], device=device, dtype=dtype)
     if device == "meta":
         ids = torch.empty((p["m"],), dtype=torch.int64, device=device)
     else:
         ids = torch.randint(0, p["k"], (p["m"],), device=device)
     # the rows a lookup can touch (at most m of the k): the table's bytes that move, not its size
-    return functools.partial(F.embedding, weight=table), (ids,), (table[:min(p["m"], p["k"])],)
+    return mod, (ids,), (mod.weight[:min(p["m"], p["k"])],)
 
 
 def _ewise(p, dtype, device):
