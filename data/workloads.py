@@ -323,12 +323,22 @@ def _default(spec: OpSpec, name: str, values: Mapping[str, int]) -> int:
     return int(values[default]) if isinstance(default, str) else int(default)
 
 
+def _unset(value) -> bool:
+    """None, NaN, pandas' NA (whose truth value raises) or 0: an optional parameter left at its default."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value or value == 0)
+    except TypeError:
+        return True
+
+
 def _optional(op: str, params: Mapping[str, object], required: Mapping[str, int]) -> dict[str, int]:
     """The op's optional parameters that differ from their defaults (missing, NaN and 0 mean the default)."""
     out: dict[str, int] = {}
     for name, _ in OPS[op].optional:
         value = params.get(name)
-        if value is None or value != value or value == 0:
+        if _unset(value):
             continue
         try:
             ivalue = int(value)
@@ -376,7 +386,7 @@ def shape_id(op: str, params: Mapping[str, int]) -> str:
     key = op + "|" + ",".join(f"{k}={params.get(k)}" for k in OPS[op].params)
     for name, _ in OPS[op].optional:  # only a value other than the default changes the id
         value = params.get(name)
-        if value is not None and value == value and value != 0 and int(value) != _default(OPS[op], name, params):
+        if not _unset(value) and int(value) != _default(OPS[op], name, params):
             key += f",{name}={int(value)}"
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 

@@ -206,3 +206,41 @@ def test_non_utf8_bytes_are_one_error_line():
         decode_mlir(b"func.func @f() {\n  \xff\xfe\n}", "bad.mlir")
     assert str(info.value) == "bad.mlir: not UTF-8 text (byte 0xff at offset 19, line 2): MLIR files are UTF-8"
     assert decode_mlir("// ü\n".encode(), "ok.mlir") == "// ü\n"
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+@pytest.mark.slow
+def test_cli_costs_foreign_mlir_and_names_problems(tiny_run, tmp_path):
+    from tests.conftest import run_cli
+
+    base = ("predict", "--model", "models:/costmodel-runtime@champion", "--tracking-uri", tiny_run["uri"],
+            "--hardware", "H100-SXM")
+    # IREE-style dynamic linalg: sizes bound on the command line (one dim, or a whole argument)
+    proc = run_cli(*base, "--input", str(DATA / "mlp_linalg_dynamic.mlir"), "--dim", "%lhs=1024x512",
+                   "--dim", "%rhs:0=512", "--dim", "%rhs:1=256", "--dim", "%bias:0=256")
+    assert proc.returncode == 0, proc.stderr
+    out = pd.read_csv(pd.io.common.StringIO(proc.stdout))
+    assert list(out["mlir_op"]) == ["linalg.matmul", "linalg.generic", "total"] and (out["runtime_ms"] > 0).all()
+    assert out["runtime_ms"].iloc[-1] == pytest.approx(out["runtime_ms"].iloc[:-1].sum())
+    proc = run_cli(*base, "--input", str(DATA / "mlp_linalg_dynamic.mlir"), "--dim", "%lhs=1024x512")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"costmodel: error: {DATA / 'mlp_linalg_dynamic.mlir'}: %rhs dim 0, %rhs dim 1, %bias dim 0 are dynamic: "
+        "bind them with --dim %rhs:0=<size> --dim %rhs:1=<size> --dim %bias:0=<size>"]
+    # the JAX-written generic StableHLO: every kernel costed
+    proc = run_cli(*base, "--input", str(DATA / "jax_cnn_generic.mlir"), "--format", "jsonl")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    out = pd.read_json(pd.io.common.StringIO(proc.stdout), lines=True)
+    assert out["mlir_op"].tolist()[-1] == "total" and out["op"].tolist()[:1] == ["conv2d"] and len(out) == 9
+    # pretty StableHLO with an op that has no mapping: costed, and the op named on stderr
+    src = tmp_path / "sort.mlir"
+    src.write_text(lowered(lambda x: jnp.sort(x, axis=-1) @ x.T, S((8, 8), f32))[1])
+    proc = run_cli(*base, "--input", str(src))
+    assert proc.returncode == 0 and proc.stderr.strip().splitlines() == [
+        f"costmodel: warning: {src}: 1 MLIR op(s) have no workload mapping (not costed): stablehlo.sort x1"]
+    proc = run_cli(*base, "--input", str(src), "--strict")
+    assert proc.returncode == 2 and "stablehlo.sort x1" in proc.stderr
+    bad = tmp_path / "bad.mlir"
+    bad.write_bytes(b"func.func @f() {\n\xff}\n")
+    proc = run_cli(*base, "--input", str(bad))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"costmodel: error: {bad}: not UTF-8 text (byte 0xff at offset 17, line 2): MLIR files are UTF-8"]

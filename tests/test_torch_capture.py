@@ -205,3 +205,108 @@ def test_factory_loader_builds_on_meta_and_names_problems():
                       ("tests.torch_models:not_a_module", "returned int, not a torch.nn.Module")]:
         with pytest.raises(CaptureError, match=msg.replace("(", r"\(")):
             load_factory(spec)
+
+
+# ------------------------------------------------------------------------------------------------ CLI + Python call
+@pytest.mark.slow
+@pytest.mark.parametrize("args,msg", [
+    (["--torch", "tests.torch_models:resnet", "--hardware", "T4"], "--torch needs --example-input"),
+    (["--torch", "tests.torch_models:resnet", "--example-input", "1x3x32x32"], "--torch needs --hardware"),
+    (["--torch", "tests.torch_models:nope", "--example-input", "1x3x32x32", "--hardware", "T4"],
+     "--torch tests.torch_models:nope: module 'tests.torch_models' has no attribute 'nope'"),
+    (["--torch", "tests.torch_models:resnet", "--example-input", "1x3xx", "--hardware", "T4"],
+     "--example-input '1x3xx': expected a shape like 1x3x224x224 or dtype:shape like int64:1x128"),
+    (["--torch", "tests.torch_models:resnet", "--input", "x.csv"], "give exactly one of --input"),
+    (["--torch", "tests.torch_models:resnet", "--example-input", "1x3x32x32", "--hardware", "T4", "--dtype", "int8"],
+     "unknown dtype 'int8'; known: float32, tf32, float16, bfloat16"),
+])
+def test_cli_torch_errors_are_one_line(args, msg, tmp_path):
+    from tests.conftest import run_cli
+
+    proc = run_cli("predict", "--model", "models:/none@champion", "--tracking-uri", f"sqlite:///{tmp_path}/m.db", *args)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and proc.stdout == "" and len(lines) == 1
+    assert lines[0].startswith(f"costmodel: error: {msg}")
+
+
+@pytest.mark.slow
+def test_cli_and_python_call_cost_a_resnet_and_gpt2(tiny_run, tmp_path):
+    """Done when: a ResNet-like nn.Module and a transformers GPT-2 costed from one CLI command and one Python call."""
+    import mlflow
+
+    from models.networks_api import predict_module
+    from tests.conftest import run_cli
+
+    uri, name = tiny_run["uri"], "models:/costmodel-runtime@champion"
+    proc = run_cli("predict", "--model", name, "--tracking-uri", uri, "--torch", "tests.torch_models:resnet",
+                   "--example-input", "2x3x32x32", "--hardware", "T4")
+    assert proc.returncode == 0, proc.stderr
+    out = pd.read_csv(pd.io.common.StringIO(proc.stdout))
+    assert out["node"].iloc[-1] == "total" and (out["runtime_ms"] > 0).all()
+    kernels = out.iloc[:-1]
+    assert kernels["op"].value_counts()["conv2d"] == 9 and (kernels["hardware"] == "T4").all()
+    assert out["runtime_ms"].iloc[-1] == pytest.approx(kernels["runtime_ms"].sum())
+    assert out["runtime_ms_hi"].iloc[-1] == pytest.approx(kernels["runtime_ms_hi"].sum())
+
+    mlflow.set_tracking_uri(uri)
+    model = meta(torch_models.ResNet)
+    res = predict_module(model, image(), name, hardware="T4")
+    assert res.capture == "torch.export" and res.unmapped == []
+    np_cli = kernels["runtime_ms"].to_numpy()
+    assert res.kernels["runtime_ms"].to_numpy() == pytest.approx(np_cli)  # the CLI and the Python call agree
+    assert res.total["runtime_ms"] == pytest.approx(out["runtime_ms"].iloc[-1])
+
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
+    gpt2 = meta(transformers.GPT2LMHeadModel, config)
+    loaded = mlflow.pyfunc.load_model(name)  # a loaded pyfunc works as well as a URI
+    res = predict_module(gpt2, torch.zeros(1, 32, dtype=torch.long, device="meta"), loaded, hardware="H100-SXM",
+                         dtype="float16")
+    assert res.unmapped == [] and (res.kernels["dtype"] == "float16").all()
+    assert (res.kernels["op"] == "sdpa").sum() == 2 and res.total["runtime_ms"] > 0
+    assert res.total["runtime_ms"] == pytest.approx(res.kernels["runtime_ms"].sum())
+    assert set(res.kernels["module"]) >= {"transformer.h.0.attn", "lm_head"}  # per-layer attribution
+
+
+def test_network_total_rules():
+    from models.networks_api import total
+
+    preds = pd.DataFrame({"runtime_ms": [1.0, 3.0], "runtime_ms_lo": [0.5, 2.0], "runtime_ms_hi": [2.0, 4.0],
+                          "energy_j": [0.1, 0.9], "power_w": [100.0, 300.0], "power_w_lo": [50.0, 250.0],
+                          "power_w_hi": [150.0, 350.0], "peak_mem_bytes": [10.0, 30.0],
+                          "network_runtime_ms": [float("nan")] * 2})
+    t = total(preds)
+    assert t["runtime_ms"] == 4.0 and t["runtime_ms_lo"] == 2.5 and t["runtime_ms_hi"] == 6.0  # ends summed
+    assert t["energy_j"] == pytest.approx(1.0) and t["power_w"] == pytest.approx(1.0 / 4e-3)  # energy / runtime
+    assert t["power_w_lo"] == pytest.approx((50 * 1 + 250 * 3) / 4)  # runtime-weighted
+    assert t["peak_mem_bytes"] == 30.0 and "network_runtime_ms" not in t
+
+
+def test_a_model_logged_before_a_shape_column_is_refused():
+    from models.networks_api import check_signature
+
+    class Schema:
+        def __init__(self, names):
+            self.names = names
+
+        def input_names(self):
+            return self.names
+
+    class Meta:
+        def __init__(self, names):
+            self.schema = Schema(names)
+
+        def get_input_schema(self):
+            return self.schema
+
+    class Old:
+        metadata = Meta(["op", "hardware", "dtype", "batch", "c_in", "c_out", "h", "w", "kernel", "stride",
+                         "padding"])
+
+    rows = capture(meta(torch_models.mobilenet), (image(),))
+    from features.tabular import FeatureError
+    with pytest.raises(FeatureError, match=r"^old was logged without the shape column\(s\) m, n, k, groups that"):
+        check_signature(rows, Old(), "old")
+    Old.metadata = Meta(["mlir", "hardware"])
+    with pytest.raises(FeatureError, match="is a whole-network model"):
+        check_signature(rows, Old(), "net")

@@ -123,3 +123,10 @@ def test_grouped_conv_is_one_gemm_per_group():
     assert gemm_dims("conv2d", validate("conv2d", CONV | {"groups": 4})) == (4, 2 * 16 * 16, 4, 2 * 9)
     # a feature frame holds 0 for an unused column: still one group
     assert gemm_dims("conv2d", {**validate("conv2d", CONV), "groups": 0.0, "dilation": 0.0}) == (1, 512, 16, 72)
+
+
+def test_optional_params_accept_pandas_missing_values():
+    import pandas as pd
+
+    row = pd.DataFrame([CONV]).astype("Int64").assign(groups=pd.NA, dilation=pd.NA).astype("Int64").iloc[0]
+    assert validate("conv2d", row.to_dict()) == CONV and shape_id("conv2d", row.to_dict()) == shape_id("conv2d", CONV)

@@ -332,8 +332,8 @@ def _conv_layout(text: str) -> tuple[list[str], list[str], list[str]] | None:
     if m:
         return tuple([v.strip() for v in part.split(",")] for part in m.groups())
     raw = {k: int(v) for k, v in re.findall(r"(\w+_dimension)\s*=\s*(\d+)", text)}
-    spatial = {k: [int(v) for v in vs.split(",")] for k, vs in re.findall(r"(\w+_spatial_dimensions)\s*=\s*\[([^\]]*)\]",
-                                                                         text)}
+    found = re.findall(r"(\w+_spatial_dimensions)\s*=\s*\[([^\]]*)\]", text)
+    spatial = {k: [int(v) for v in vs.split(",")] for k, vs in found}
     try:
         def layout(rank, named, spatial_dims):
             out = ["?"] * rank
