@@ -255,7 +255,7 @@ def _mlir_workloads(text: str, where: str, hardware: str, dim_specs: list[str] |
     line = unmapped_line(df.attrs.get("unmapped", {}))
     _warn_unmapped(f"{where}: {line}" if line else "")
     if df.empty:
-        raise CliError(f"{where}: no kernel recognised (matmul, batch_matmul, conv_2d_nchw_fchw, elementwise generic)")
+        raise CliError(f"{where}: no kernel recognised (what maps: features/mlir/workloads.py)")
     df = df.assign(hardware=hardware)
     return df.astype({c: float for c in df.columns if str(df[c].dtype) == "Int64" and c != "node"})
 
