@@ -244,3 +244,11 @@ def test_cli_costs_foreign_mlir_and_names_problems(tiny_run, tmp_path):
     proc = run_cli(*base, "--input", str(bad))
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"costmodel: error: {bad}: not UTF-8 text (byte 0xff at offset 17, line 2): MLIR files are UTF-8"]
+
+
+def test_jax_export_bytecode_is_read():
+    exp = jax.export.export(jax.jit(lambda a, b: jnp.tanh(a @ b)))(S((4, 8), f32), S((8, 2), f32))
+    data = exp.mlir_module_serialized  # a StableHLO portable artifact (VHLO bytecode)
+    assert data[:4] == b"ML\xefR"
+    got = rows(quiet(decode_mlir(data, "jax.mlirbc")))
+    assert [(r["op"], r["m"], r["n"], r.get("k")) for r in got] == [("matmul", 4, 2, 8), ("tanh", 4, 2, None)]

@@ -240,8 +240,37 @@ def _stablehlo_to_generic(text: str, exc) -> str | None:
         raise parse_error(exc2) from None
 
 
+BYTECODE_MAGIC = b"ML\xefR"
+
+
+def _from_bytecode(data: bytes, where: str) -> str:
+    """MLIR bytecode -> generic-form text: upstream dialects with torch-mlir's MLIR, StableHLO portable artifacts
+    (VHLO, what ``jax.export`` serializes) with jaxlib's ``stablehlo.deserialize_portable_artifact``."""
+    from torch_mlir import ir
+
+    try:
+        return ir.Module.parse(data, _context()).operation.get_asm(print_generic_op_form=True)
+    except ir.MLIRError:
+        pass
+    try:
+        from jax._src.interpreters import mlir as jax_mlir
+        from jaxlib.mlir import ir as jir
+        from jaxlib.mlir.dialects import stablehlo
+    except ImportError:
+        raise FeatureError(f"{where}: MLIR bytecode that is not upstream MLIR (a StableHLO portable artifact?) needs "
+                           "jax to read: pip install jax, or give the text form") from None
+    ctx = jax_mlir.make_ir_context()
+    try:
+        return stablehlo.deserialize_portable_artifact(ctx, data).operation.get_asm(print_generic_op_form=True)
+    except (jir.MLIRError, ValueError, RuntimeError) as exc:
+        raise FeatureError(f"{where}: unreadable MLIR bytecode: {' '.join(str(exc).split())[:200]}") from None
+
+
 def decode_mlir(data: bytes, where: str = "mlir") -> str:
-    """MLIR file bytes -> text; MLIR is UTF-8: anything else is one FeatureError naming the first bad byte."""
+    """MLIR file bytes -> text. MLIR text is UTF-8 (anything else is one FeatureError naming the first bad byte);
+    MLIR bytecode (``ML\\xefR`` magic, e.g. a ``jax.export`` artifact) is read and printed in the generic form."""
+    if data.startswith(BYTECODE_MAGIC):
+        return _from_bytecode(data, where)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
