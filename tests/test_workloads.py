@@ -41,7 +41,8 @@ def test_every_op_builds_and_runs_on_cpu(op):
     ("conv2d", dict(batch=1, c_in=1, c_out=1, h=2, w=8, kernel=5, stride=1, padding=0), "larger than padded input"),
     ("sdpa", dict(batch=1, heads=2, seq_len=8, head_dim=4, causal=2), "'causal' must be 0 or 1"),
     ("transformer", dict(batch=1, seq_len=8, width=10, heads=4, depth=1), "multiple of heads"),
-    ("conv2d", dict(batch=1, c_in=6, c_out=8, h=8, w=8, kernel=3, stride=1, padding=1, groups=4), "multiples of groups"),
+    ("conv2d", dict(batch=1, c_in=6, c_out=8, h=8, w=8, kernel=3, stride=1, padding=1, groups=4),
+     "multiples of groups"),
     ("conv2d", dict(batch=1, c_in=4, c_out=4, h=8, w=8, kernel=3, stride=1, padding=0, dilation=4), "dilated kernel"),
     ("conv2d", dict(batch=1, c_in=4, c_out=4, h=8, w=8, kernel=3, stride=1, padding=0, groups=-2), "must be >= 1"),
     ("max_pool2d", dict(batch=1, c_in=4, h=8, w=8, kernel=3, stride=2, padding=2), "at most half the kernel"),
@@ -77,7 +78,8 @@ CONV = dict(batch=2, c_in=8, c_out=16, h=16, w=16, kernel=3, stride=1, padding=1
 def test_optional_params_at_their_default_change_nothing():
     # groups = 1 / dilation = 1 / kv_len = seq_len (given, missing, NaN or 0) is the row that never had them
     base = (validate("conv2d", CONV), shape_id("conv2d", CONV), count_cost("conv2d", CONV, "float32"))
-    for extra in ({"groups": 1}, {"groups": 1.0, "dilation": 1}, {"groups": float("nan")}, {"groups": 0, "dilation": 0}):
+    for extra in ({"groups": 1}, {"groups": 1.0, "dilation": 1}, {"groups": float("nan")},
+                  {"groups": 0, "dilation": 0}):
         p = CONV | extra
         assert (validate("conv2d", p), shape_id("conv2d", p), count_cost("conv2d", p, "float32")) == base
     sd = dict(batch=2, heads=4, seq_len=16, head_dim=8, causal=1)
