@@ -244,7 +244,10 @@ class _Kernels:
         dtype = self.dtype(ins + ([res] if res is not None else []))
         if res is not None and res.numel() == 0:
             return []
-        rows = self._map(func, name, b, ins, res)
+        try:
+            rows = self._map(func, name, b, ins, res)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:  # an overload read otherwise
+            rows = f"arguments not understood: {type(exc).__name__}"
         if rows is None or isinstance(rows, str):  # no mapping, or one with the reason it does not apply
             self.unmap(func, rows or "")
             return None
@@ -307,6 +310,8 @@ class _Kernels:
                 return f"output {size[0]}x{size[1]}"
             c = x.shape[-3] if x.dim() == 4 else x.shape[0]
             return [{"op": "adaptive_avg_pool2d", "batch": bc // c, "c_in": c, "h": h, "w": w, "out_size": size[0]}]
+        if res is None:
+            return "no tensor output"
         if name in WRITES_SOURCE:
             src = b.get(WRITES_SOURCE[name])
             src = src if isinstance(src, torch.Tensor) else res
