@@ -105,7 +105,8 @@ def _leaves(obj, depth: int = 0) -> Iterable:
 
 
 def capture(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | None = None) -> Capture:
-    """The module's ATen graph: torch.export (non-strict), else make_fx on meta tensors (module docstring)."""
+    """The module's ATen graph: torch.export (non-strict), else make_fx running the module once on its inputs
+    (free on meta tensors; module docstring)."""
     flat, kwargs = _Flat(module), dict(kwargs or {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -476,7 +477,7 @@ def kernels_of_graph(gm: torch.fx.GraphModule, default_dtype: str = "float32",
 
 # ----------------------------------------------------------------------------------------------------- public API
 def unmapped_line(unmapped: Mapping[str, int] | Iterable[tuple[str, int]]) -> str:
-    """``3 ops have no workload mapping (not costed): aten.foo.default x2, aten.bar.default x1``."""
+    """``3 op call(s) have no workload mapping (not costed): aten.foo.default x2, aten.bar.default x1``."""
     items = list(unmapped.items() if isinstance(unmapped, Mapping) else unmapped)
     if not items:
         return ""

@@ -250,3 +250,8 @@ def test_grouped_conv_has_its_own_mlir_and_recognised_groups():
     pool = dict(batch=2, c_in=8, h=8, w=8, kernel=3, stride=2, padding=1)
     row = workloads_from_mlir(export_workload("max_pool2d", pool)).iloc[0]  # -inf pad read back as padding 1
     assert row["mlir_op"] == "linalg.pooling_nchw_max" and {k: int(row[k]) for k in pool} == pool
+
+
+def test_several_modules_in_one_text_are_all_costed(exported):
+    text = exported["matmul"] + "\n" + exported["conv2d"].replace("module", "module @second", 1)
+    assert workloads_from_mlir(text)["op"].tolist() == ["matmul", "conv2d"]

@@ -1,7 +1,7 @@
 """MLIR in -> workload descriptions the tabular cost model understands (op + shape columns).
 
-The ops of the entry function (``@main``, else the only public function, else the first; a ``func.call`` is
-expanded into its callee's ops, once per call) are matched against the conventions of ``data.workloads``.
+The ops of the entry function (``@main``, else the only public function, else the first; of each module when a
+text holds several; a ``func.call`` is expanded into its callee's ops, once per call) are matched against the conventions of ``data.workloads``.
 
 linalg (torch-mlir's linalg-on-tensors, IREE-style files):
 
@@ -467,12 +467,17 @@ def _stablehlo(g: OpGraph, n: OpNode) -> dict | str | None:
 
 
 # ------------------------------------------------------------------------------------------------ walk
-def _functions(g: OpGraph) -> dict[str, OpNode]:
-    return {str(n.attrs.get("sym_name", "")).strip('"'): n for n in g.nodes if n.name == "func.func" and n.parent < 0}
+def _scopes(g: OpGraph) -> dict[int, dict[str, OpNode]]:
+    """Functions by symbol name, per symbol table (the text's module, or each module nested in it)."""
+    scopes: dict[int, dict[str, OpNode]] = {}
+    for n in g.nodes:
+        if n.name == "func.func" and (n.parent < 0 or g.nodes[n.parent].name == "builtin.module"):
+            scopes.setdefault(n.parent, {})[str(n.attrs.get("sym_name", "")).strip('"')] = n
+    return scopes
 
 
-def _entry(g: OpGraph) -> OpNode | None:
-    funcs = _functions(g)
+def _entry(funcs: dict[str, OpNode]) -> OpNode | None:
+    """``@main``, else the only public function, else the first."""
     if "main" in funcs:
         return funcs["main"]
     public = [f for f in funcs.values() if str(f.attrs.get("sym_visibility", '"public"')).strip('"') == "public"]
@@ -499,9 +504,9 @@ def recognise(g: OpGraph, unmapped: Counter | None = None) -> list[dict]:
     (<reason>)"``) when a Counter is given.
     """
     unmapped = Counter() if unmapped is None else unmapped
-    funcs = _functions(g)
-    entry = _entry(g)
-    nodes = list(_walk(g, entry, funcs)) if entry is not None else [n for n in g.nodes if n.parent < 0]
+    scopes = _scopes(g)  # several modules in one text: each one's entry function, in order
+    nodes = [n for funcs in scopes.values() for n in _walk(g, _entry(funcs), funcs)] if scopes else \
+        [n for n in g.nodes if n.parent < 0]
     out = []
     for n in nodes:
         if n.name in FREE or n.name == "func.func" or (n.dialect == "arith" and not any(t.shape for t in n.results)):
