@@ -209,40 +209,51 @@ def test_non_utf8_bytes_are_one_error_line():
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-@pytest.mark.slow
-def test_cli_costs_foreign_mlir_and_names_problems(tiny_run, tmp_path):
-    from tests.conftest import run_cli
+def cli(*args, capsys):
+    from pipelines.cli import main
 
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err.strip().splitlines()
+
+
+@pytest.mark.slow
+def test_cli_costs_foreign_mlir_and_names_problems(tiny_run, tmp_path, capsys):
     base = ("predict", "--model", "models:/costmodel-runtime@champion", "--tracking-uri", tiny_run["uri"],
             "--hardware", "H100-SXM")
     # IREE-style dynamic linalg: sizes bound on the command line (one dim, or a whole argument)
-    proc = run_cli(*base, "--input", str(DATA / "mlp_linalg_dynamic.mlir"), "--dim", "%lhs=1024x512",
-                   "--dim", "%rhs:0=512", "--dim", "%rhs:1=256", "--dim", "%bias:0=256")
-    assert proc.returncode == 0, proc.stderr
-    out = pd.read_csv(pd.io.common.StringIO(proc.stdout))
+    code, out, err = cli(*base, "--input", str(DATA / "mlp_linalg_dynamic.mlir"), "--dim", "%lhs=1024x512",
+                         "--dim", "%rhs:0=512", "--dim", "%rhs:1=256", "--dim", "%bias:0=256", capsys=capsys)
+    assert code == 0, err
+    out = pd.read_csv(pd.io.common.StringIO(out))
     assert list(out["mlir_op"]) == ["linalg.matmul", "linalg.generic", "total"] and (out["runtime_ms"] > 0).all()
     assert out["runtime_ms"].iloc[-1] == pytest.approx(out["runtime_ms"].iloc[:-1].sum())
-    proc = run_cli(*base, "--input", str(DATA / "mlp_linalg_dynamic.mlir"), "--dim", "%lhs=1024x512")
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+    code, out, err = cli(*base, "--input", str(DATA / "mlp_linalg_dynamic.mlir"), "--dim", "%lhs=1024x512",
+                         capsys=capsys)
+    assert code == 2 and err == [
         f"costmodel: error: {DATA / 'mlp_linalg_dynamic.mlir'}: %rhs dim 0, %rhs dim 1, %bias dim 0 are dynamic: "
         "bind them with --dim %rhs:0=<size> --dim %rhs:1=<size> --dim %bias:0=<size>"]
     # the JAX-written generic StableHLO: every kernel costed
-    proc = run_cli(*base, "--input", str(DATA / "jax_cnn_generic.mlir"), "--format", "jsonl")
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    out = pd.read_json(pd.io.common.StringIO(proc.stdout), lines=True)
+    code, out, err = cli(*base, "--input", str(DATA / "jax_cnn_generic.mlir"), "--format", "jsonl", capsys=capsys)
+    assert code == 0 and err == [], err
+    out = pd.read_json(pd.io.common.StringIO(out), lines=True)
     assert out["mlir_op"].tolist()[-1] == "total" and out["op"].tolist()[:1] == ["conv2d"] and len(out) == 9
-    # pretty StableHLO with an op that has no mapping: costed, and the op named on stderr
+    # pretty StableHLO with an op that has no mapping: costed, and the op named on stderr (--strict: an error)
     src = tmp_path / "sort.mlir"
     src.write_text(lowered(lambda x: jnp.sort(x, axis=-1) @ x.T, S((8, 8), f32))[1])
-    proc = run_cli(*base, "--input", str(src))
-    assert proc.returncode == 0 and proc.stderr.strip().splitlines() == [
+    code, out, err = cli(*base, "--input", str(src), capsys=capsys)
+    assert code == 0 and err == [
         f"costmodel: warning: {src}: 1 MLIR op(s) have no workload mapping (not costed): stablehlo.sort x1"]
-    proc = run_cli(*base, "--input", str(src), "--strict")
-    assert proc.returncode == 2 and "stablehlo.sort x1" in proc.stderr
+    code, out, err = cli(*base, "--input", str(src), "--strict", capsys=capsys)
+    assert code == 2 and len(err) == 1 and "stablehlo.sort x1" in err[0]
+
+
+def test_cli_non_utf8_mlir_is_one_error_line(tmp_path, capsys):
     bad = tmp_path / "bad.mlir"
     bad.write_bytes(b"func.func @f() {\n\xff}\n")
-    proc = run_cli(*base, "--input", str(bad))
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+    code, out, err = cli("predict", "--model", "models:/none@champion", "--input", str(bad), "--hardware", "T4",
+                         "--tracking-uri", f"sqlite:///{tmp_path}/m.db", capsys=capsys)
+    assert code == 2 and out == "" and err == [
         f"costmodel: error: {bad}: not UTF-8 text (byte 0xff at offset 17, line 2): MLIR files are UTF-8"]
 
 

@@ -208,7 +208,6 @@ def test_factory_loader_builds_on_meta_and_names_problems():
 
 
 # ------------------------------------------------------------------------------------------------ CLI + Python call
-@pytest.mark.slow
 @pytest.mark.parametrize("args,msg", [
     (["--torch", "tests.torch_models:resnet", "--hardware", "T4"], "--torch needs --example-input"),
     (["--torch", "tests.torch_models:resnet", "--example-input", "1x3x32x32"], "--torch needs --hardware"),
@@ -219,13 +218,15 @@ def test_factory_loader_builds_on_meta_and_names_problems():
     (["--torch", "tests.torch_models:resnet", "--input", "x.csv"], "give exactly one of --input"),
     (["--torch", "tests.torch_models:resnet", "--example-input", "1x3x32x32", "--hardware", "T4", "--dtype", "int8"],
      "unknown dtype 'int8'; known: float32, tf32, float16, bfloat16"),
+    (["--input", "x.csv", "--dim", "%arg0:0=4"], "--dim binds dynamic sizes of an .mlir input"),
 ])
-def test_cli_torch_errors_are_one_line(args, msg, tmp_path):
-    from tests.conftest import run_cli
+def test_cli_torch_errors_are_one_line(args, msg, tmp_path, capsys):
+    from pipelines.cli import main
 
-    proc = run_cli("predict", "--model", "models:/none@champion", "--tracking-uri", f"sqlite:///{tmp_path}/m.db", *args)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and proc.stdout == "" and len(lines) == 1
+    code = main(["predict", "--model", "models:/none@champion", "--tracking-uri", f"sqlite:///{tmp_path}/m.db", *args])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1
     assert lines[0].startswith(f"costmodel: error: {msg}")
 
 
