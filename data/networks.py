@@ -198,7 +198,8 @@ def _leaf_workload(mod: nn.Module, args: tuple) -> dict | None:
     if isinstance(mod, nn.Conv2d):
         return {"op": "conv2d", "params": {"batch": x.shape[0], "c_in": mod.in_channels, "c_out": mod.out_channels,
                                            "h": x.shape[2], "w": x.shape[3], "kernel": mod.kernel_size[0],
-                                           "stride": mod.stride[0], "padding": mod.padding[0]}}
+                                           "stride": mod.stride[0], "padding": mod.padding[0],
+                                           "groups": mod.groups, "dilation": mod.dilation[0]}}
     if isinstance(mod, nn.LayerNorm):
         return {"op": "layernorm", "params": {"m": _rows(x), "n": x.shape[-1]}}
     for cls, op in ((nn.ReLU, "relu"), (nn.GELU, "gelu"), (Add, "add"), (Mul, "mul")):

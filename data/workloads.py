@@ -13,14 +13,32 @@ Conventions (one for every source; importers map theirs onto these):
 * ``matmul``  A[m,k] @ B[k,n]
 * ``bmm``     A[batch,m,k] @ B[batch,k,n]
 * ``linear``  input [m,k] (m = batch x tokens) -> Linear(k, n, bias=True) -> [m,n]
-* ``conv2d``  input [batch,c_in,h,w], Conv2d(c_in, c_out, kernel, stride, padding, bias=True)
+* ``conv2d``  input [batch,c_in,h,w], Conv2d(c_in, c_out, kernel, stride, padding, bias=True); optional
+  ``groups`` (default 1; depthwise = ``groups == c_in``, both channel counts divisible by it) and ``dilation``
+  (default 1)
+* ``max_pool2d`` / ``avg_pool2d`` input [batch,c_in,h,w], a ``kernel`` x ``kernel`` window, ``stride``,
+  ``padding`` (at most kernel // 2, as torch requires); ``adaptive_avg_pool2d`` input [batch,c_in,h,w] ->
+  [batch,c_in,out_size,out_size] (a 1x1 output is a ``mean`` over h*w: what eager PyTorch launches for it)
+* ``batchnorm`` BatchNorm2d(c_in) in inference mode over [batch,c_in,h,w] (running statistics; 1-d inputs
+  [batch,c_in,length] have h = length, w = 1); ``rmsnorm`` RMSNorm(n) over [m,n]
+* ``embedding`` ids [m] (m = batch x tokens) -> Embedding(k, n) -> [m,n]: a row gather from a [k,n] table
+  (one_hot(ids)[m,k] @ table[k,n] computed as a lookup); the weight bytes are the rows a lookup can touch,
+  min(m, k) x n, not the whole table
 * ``layernorm`` LayerNorm(n) over input [m,n]; ``softmax`` over the last dim of [m,n]
 * ``add`` x[m,n] + y[m,n]; ``gelu`` gelu(x[m,n])
 * elementwise: binary ``add, mul, div, pow`` (two [m,n] tensors), ``*_scalar`` (tensor op Python scalar,
-  one [m,n] tensor read: NeuSight's ``addu, mulu, divu, powu``), unary ``relu, gelu, tanh``
+  one [m,n] tensor read: NeuSight's ``addu, mulu, divu, powu``), unary ``relu, gelu, tanh, silu, sigmoid,
+  hardtanh`` (hardtanh = clamp to [-1, 1]; ReLU6 is the same kernel with other bounds)
+* ``ewise`` any other pointwise kernel: an [m,n] output computed from ``inputs`` tensors of [m,n] (0 = a
+  fill such as ``zeros`` or ``arange``, 1..3; scalar and broadcast operands are not counted): the builder
+  runs ``full`` / ``neg`` / ``sub`` / ``addcmul`` for 0 / 1 / 2 / 3 inputs
+* ``copy`` a copy kernel writing [m,n] from as many elements (``clone``, a reshape or ``contiguous`` of a
+  non-contiguous tensor, ``cat``, a dtype cast, a gather by index)
 * reductions ``sum, mean, max`` over the last dim of [m,n] -> [m]
 * ``sdpa`` q, k, v [batch, heads, seq_len, head_dim] -> F.scaled_dot_product_attention(is_causal=causal)
-  (FlopCounterMode counts 4*b*h*s^2*d whether causal or not: the dense work, not the unmasked half)
+  (FlopCounterMode counts 4*b*h*s^2*d whether causal or not: the dense work, not the unmasked half);
+  optional ``kv_len`` (default ``seq_len``): keys and values [batch, heads, kv_len, head_dim] (cross-attention,
+  decoding one token against a cache); FLOPs 4*b*h*seq_len*kv_len*d
 * ``dense`` (family ``fpga``) an hls4ml Dense layer: input [m,k] (m = 1 sample) -> [m,n], k = d_in,
   n = d_out; the torch builder is the float reference of the layer (fixed-point width lives in ``config``)
 * networks (family ``network``), see :mod:`data.networks`: ``mlp`` (batch, width, depth), ``cnn``
@@ -28,9 +46,14 @@ Conventions (one for every source; importers map theirs onto these):
   width, depth, h), ``gated_mlp`` (batch, width, depth);
   :func:`data.networks.layers` splits one into its layer workloads in the conventions above.
 
+Optional parameters (``OpSpec.optional``: name -> default, an int or the name of another parameter) keep
+the rows that do not use them exactly as before: a missing, NaN or 0 value (0 is what a feature frame holds for
+an unused column) takes the default, and :func:`validate` drops a value equal to its default, so ``conv2d`` with
+``groups=1`` has the shape_id, validation, FLOPs and bytes of a ``conv2d`` row without ``groups``.
+
 ``flops`` is what FlopCounterMode counts (it counts matmul/conv/attention FLOPs and nothing for
-elementwise, normalisation or softmax ops, whose cost is memory traffic). ``bytes`` is every input,
-weight and output tensor touched once.
+elementwise, normalisation, pooling, gather or softmax ops, whose cost is memory traffic). ``bytes`` is every
+input, weight and output tensor touched once.
 """
 from __future__ import annotations
 
@@ -47,9 +70,11 @@ from torch.utils.flop_counter import FlopCounterMode
 SHAPE_PARAMS: tuple[str, ...] = (
     "batch", "m", "n", "k", "c_in", "c_out", "h", "w", "kernel", "stride", "padding",
     "heads", "seq_len", "head_dim", "causal", "width", "depth",
+    "groups", "dilation", "out_size", "kv_len", "inputs",
 )
 # parameters that may be 0 (all others must be >= 1)
-ZERO_OK: frozenset[str] = frozenset({"padding", "causal"})
+ZERO_OK: frozenset[str] = frozenset({"padding", "causal", "inputs"})
+MAX_EWISE_INPUTS = 3
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -70,9 +95,15 @@ class WorkloadError(ValueError):
 @dataclass(frozen=True)
 class OpSpec:
     family: str
-    params: tuple[str, ...]
+    params: tuple[str, ...]  # required
     build: Callable[[Mapping[str, int], torch.dtype, str], tuple[Callable, tuple, tuple]]
     # build returns (fn, inputs, weights); fn(*inputs) runs the op
+    optional: tuple[tuple[str, int | str], ...] = ()  # (name, default: an int or another parameter's name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every shape parameter the op reads: the required ones, then the optional ones."""
+        return self.params + tuple(name for name, _ in self.optional)
 
 
 def _t(shape, dtype, device):
@@ -98,10 +129,53 @@ def _linear(p, dtype, device):
 
 
 def _conv2d(p, dtype, device):
-    mod = torch.nn.Conv2d(p["c_in"], p["c_out"], p["kernel"], stride=p["stride"],
-                          padding=p["padding"], bias=True, device=device, dtype=dtype)
+    mod = torch.nn.Conv2d(p["c_in"], p["c_out"], p["kernel"], stride=p["stride"], padding=p["padding"],
+                          dilation=p.get("dilation", 1), groups=p.get("groups", 1), bias=True, device=device,
+                          dtype=dtype)
     x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
     return mod, (x,), tuple(mod.parameters())
+
+
+def _pool(fn, **extra):
+    def builder(p, dtype, device):
+        x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
+        return functools.partial(fn, kernel_size=p["kernel"], stride=p["stride"], padding=p["padding"], **extra), \
+            (x,), ()
+    return builder
+
+
+def _adaptive_avg_pool2d(p, dtype, device):
+    x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
+    return functools.partial(F.adaptive_avg_pool2d, output_size=p["out_size"]), (x,), ()
+
+
+def _batchnorm(p, dtype, device):
+    mod = torch.nn.BatchNorm2d(p["c_in"], device=device, dtype=dtype).eval()
+    x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
+    return mod, (x,), (mod.weight, mod.bias, mod.running_mean, mod.running_var)
+
+
+def _rmsnorm(p, dtype, device):
+    mod = torch.nn.RMSNorm(p["n"], device=device, dtype=dtype)
+    return mod, (_t((p["m"], p["n"]), dtype, device),), tuple(mod.parameters())
+
+
+def _embedding(p, dtype, device):
+    mod = torch.nn.Embedding(p["k"], p["n"], device=device, dtype=dtype)
+    if device == "meta":
+        ids = torch.empty((p["m"],), dtype=torch.int64, device=device)
+    else:
+        ids = torch.randint(0, p["k"], (p["m"],), device=device)
+    # the rows a lookup can touch (at most m of the k): the table's bytes that move, not its size
+    return mod, (ids,), (mod.weight[:min(p["m"], p["k"])],)
+
+
+def _ewise(p, dtype, device):
+    shape, n_in = (p["m"], p["n"]), p["inputs"]
+    if n_in == 0:
+        return functools.partial(torch.full, shape, 1.0, dtype=dtype, device=device), (), ()
+    fn = {1: torch.neg, 2: torch.sub, 3: torch.addcmul}[n_in]
+    return fn, tuple(_t(shape, dtype, device) for _ in range(n_in)), ()
 
 
 def _layernorm(p, dtype, device):
@@ -153,7 +227,8 @@ def _reduce(fn):
 
 def _sdpa(p, dtype, device):
     shape = (p["batch"], p["heads"], p["seq_len"], p["head_dim"])
-    q, k, v = (_t(shape, dtype, device) for _ in range(3))
+    kv_shape = (p["batch"], p["heads"], p.get("kv_len", p["seq_len"]), p["head_dim"])
+    q, k, v = _t(shape, dtype, device), _t(kv_shape, dtype, device), _t(kv_shape, dtype, device)
     return functools.partial(F.scaled_dot_product_attention, is_causal=bool(p["causal"])), (q, k, v), ()
 
 
@@ -168,7 +243,15 @@ OPS: dict[str, OpSpec] = {
     "matmul": OpSpec("gemm", ("m", "n", "k"), _matmul),
     "bmm": OpSpec("gemm", ("batch", "m", "n", "k"), _bmm),
     "linear": OpSpec("gemm", ("m", "n", "k"), _linear),
-    "conv2d": OpSpec("conv", ("batch", "c_in", "c_out", "h", "w", "kernel", "stride", "padding"), _conv2d),
+    "conv2d": OpSpec("conv", ("batch", "c_in", "c_out", "h", "w", "kernel", "stride", "padding"), _conv2d,
+                     optional=(("groups", 1), ("dilation", 1))),
+    "max_pool2d": OpSpec("pool", ("batch", "c_in", "h", "w", "kernel", "stride", "padding"), _pool(F.max_pool2d)),
+    "avg_pool2d": OpSpec("pool", ("batch", "c_in", "h", "w", "kernel", "stride", "padding"), _pool(F.avg_pool2d)),
+    "adaptive_avg_pool2d": OpSpec("pool", ("batch", "c_in", "h", "w", "out_size"), _adaptive_avg_pool2d),
+    "batchnorm": OpSpec("norm", ("batch", "c_in", "h", "w"), _batchnorm),
+    "rmsnorm": OpSpec("norm", ("m", "n"), _rmsnorm),
+    "embedding": OpSpec("data_movement", ("m", "n", "k"), _embedding),
+    "copy": OpSpec("data_movement", ("m", "n"), _unary(torch.clone)),
     "layernorm": OpSpec("norm", ("m", "n"), _layernorm),
     "softmax": OpSpec("softmax", ("m", "n"), _softmax),
     "add": OpSpec("elementwise", ("m", "n"), _add),
@@ -182,10 +265,15 @@ OPS: dict[str, OpSpec] = {
     "pow_scalar": OpSpec("elementwise", ("m", "n"), _with_scalar(torch.pow, 2.0, keyword="exponent", positive=True)),
     "relu": OpSpec("elementwise", ("m", "n"), _unary(torch.relu)),
     "tanh": OpSpec("elementwise", ("m", "n"), _unary(torch.tanh)),
+    "silu": OpSpec("elementwise", ("m", "n"), _unary(F.silu)),
+    "sigmoid": OpSpec("elementwise", ("m", "n"), _unary(torch.sigmoid)),
+    "hardtanh": OpSpec("elementwise", ("m", "n"), _unary(F.hardtanh)),
+    "ewise": OpSpec("elementwise", ("m", "n", "inputs"), _ewise),
     "sum": OpSpec("reduction", ("m", "n"), _reduce(torch.sum)),
     "mean": OpSpec("reduction", ("m", "n"), _reduce(torch.mean)),
     "max": OpSpec("reduction", ("m", "n"), _reduce(torch.amax)),
-    "sdpa": OpSpec("attention", ("batch", "heads", "seq_len", "head_dim", "causal"), _sdpa),
+    "sdpa": OpSpec("attention", ("batch", "heads", "seq_len", "head_dim", "causal"), _sdpa,
+                   optional=(("kv_len", "seq_len"),)),
     "dense": OpSpec("fpga", ("m", "n", "k"), _linear),
     "mlp": OpSpec("network", ("batch", "width", "depth"), _network("mlp")),
     "cnn": OpSpec("network", ("batch", "width", "depth", "h"), _network("cnn")),
@@ -217,15 +305,74 @@ def validate(op: str, params: Mapping[str, object], dtype: str = "float32") -> d
         if ivalue < lowest:
             raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be >= {lowest}, got {ivalue}")
         out[name] = ivalue
+    out.update(_optional(op, params, out))
     if op == "conv2d":
         for side in ("h", "w"):
             if out[side] + 2 * out["padding"] < out["kernel"]:
                 raise WorkloadError(f"op 'conv2d': kernel {out['kernel']} larger than padded input {side}={out[side]}")
+    _check_new_ops(op, out)
     if "causal" in out and out["causal"] not in (0, 1):
         raise WorkloadError(f"op {op!r}: shape parameter 'causal' must be 0 or 1, got {out['causal']}")
     if op == "transformer" and out["width"] % out["heads"]:
         raise WorkloadError(f"op 'transformer': width {out['width']} must be a multiple of heads {out['heads']}")
     return out
+
+
+def _default(spec: OpSpec, name: str, values: Mapping[str, int]) -> int:
+    default = dict(spec.optional)[name]
+    return int(values[default]) if isinstance(default, str) else int(default)
+
+
+def _unset(value) -> bool:
+    """None, NaN, pandas' NA (whose truth value raises) or 0: an optional parameter left at its default."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value or value == 0)
+    except TypeError:
+        return True
+
+
+def _optional(op: str, params: Mapping[str, object], required: Mapping[str, int]) -> dict[str, int]:
+    """The op's optional parameters that differ from their defaults (missing, NaN and 0 mean the default)."""
+    out: dict[str, int] = {}
+    for name, _ in OPS[op].optional:
+        value = params.get(name)
+        if _unset(value):
+            continue
+        try:
+            ivalue = int(value)
+        except (TypeError, ValueError):
+            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}") from None
+        if ivalue != value and float(value) != ivalue:
+            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}")
+        if ivalue < 1:
+            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be >= 1, got {ivalue}")
+        if ivalue != _default(OPS[op], name, required):
+            out[name] = ivalue
+    return out
+
+
+def _check_new_ops(op: str, p: Mapping[str, int]) -> None:
+    """Shape constraints of grouped / dilated conv, pooling and the generic elementwise op."""
+    if op == "conv2d":
+        groups, dilation = p.get("groups", 1), p.get("dilation", 1)
+        if p["c_in"] % groups or p["c_out"] % groups:
+            raise WorkloadError(f"op 'conv2d': c_in {p['c_in']} and c_out {p['c_out']} must be multiples of "
+                                f"groups {groups}")
+        span = dilation * (p["kernel"] - 1) + 1
+        for side in ("h", "w"):
+            if p[side] + 2 * p["padding"] < span:
+                raise WorkloadError(f"op 'conv2d': dilated kernel span {span} larger than padded input "
+                                    f"{side}={p[side]}")
+    if op in ("max_pool2d", "avg_pool2d"):
+        if 2 * p["padding"] > p["kernel"]:
+            raise WorkloadError(f"op {op!r}: padding {p['padding']} must be at most half the kernel {p['kernel']}")
+        for side in ("h", "w"):
+            if p[side] + 2 * p["padding"] < p["kernel"]:
+                raise WorkloadError(f"op {op!r}: kernel {p['kernel']} larger than padded input {side}={p[side]}")
+    if op == "ewise" and p["inputs"] > MAX_EWISE_INPUTS:
+        raise WorkloadError(f"op 'ewise': inputs must be 0..{MAX_EWISE_INPUTS}, got {p['inputs']}")
 
 
 def family(op: str) -> str:
@@ -237,6 +384,10 @@ def family(op: str) -> str:
 def shape_id(op: str, params: Mapping[str, int]) -> str:
     """Stable id of an (op, shape) configuration, the grouping key for held-out-shape splits."""
     key = op + "|" + ",".join(f"{k}={params.get(k)}" for k in OPS[op].params)
+    for name, _ in OPS[op].optional:  # only a value other than the default changes the id
+        value = params.get(name)
+        if not _unset(value) and int(value) != _default(OPS[op], name, params):
+            key += f",{name}={int(value)}"
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 

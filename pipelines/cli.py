@@ -2,6 +2,9 @@
 
     costmodel predict --model models:/costmodel-runtime@champion --input workloads.csv [--output preds.csv]
     costmodel predict --model models:/costmodel-network-runtime@champion --input net.mlir --hardware <id>
+    costmodel predict --model models:/costmodel-runtime@champion --input mlp.mlir --dim %arg0:0=1024 --hardware <id>
+    costmodel predict --model models:/costmodel-runtime@champion --torch pkg.module:factory \
+        --example-input 1x3x224x224 [--example-input int64:1x128 ...] [--dtype float16] --hardware <id>
     costmodel models [--name costmodel-runtime]
 
 Input: CSV, JSON lines or a JSON array of records, one workload per row (``op``, ``hardware``,
@@ -10,7 +13,11 @@ interval (``runtime_ms``, ``runtime_ms_lo``, ``runtime_ms_hi``), as CSV, JSON li
 (``--format``, or the suffix of ``--output``: ``.csv``, ``.jsonl``, ``.json``). Any bad input ends with
 one ``costmodel: error: ...`` line on stderr and exit status 2.
 A ``.mlir`` input (with ``--hardware``) is one network for a whole-network model (``mlir`` in its signature,
-no ``op``: output ``input, hardware`` + the prediction), else the kernels recognised in it plus their total.
+no ``op``: output ``input, hardware`` + the prediction), else the kernels recognised in it plus their total;
+``--dim`` binds its dynamic dimensions (``%arg0:0=1024`` one dim, ``%arg0=1024x512`` a whole argument).
+``--torch pkg.module:factory`` costs a PyTorch model: ``factory()`` is called under ``torch.device("meta")`` (no
+weights), captured on ``--example-input`` shapes (``features/torch_capture.py``), one row per kernel plus the
+total. Ops with no workload mapping are named on stderr in one ``costmodel: warning:`` line (``--strict``: an error).
 ``costmodel models`` prints registered names, versions, aliases and their held-out metrics.
 """
 from __future__ import annotations
@@ -101,6 +108,9 @@ def predict(args) -> int:
     fmt = args.format or (FORMATS.get(out_path.suffix) if out_path else "csv")
     if fmt is None:
         raise CliError(f"unsupported output {out_path.name!r}: use .csv, .jsonl or .json (or --format)")
+    _check_sources(args)
+    if args.torch:
+        return _write(_predict_torch(args), out_path, fmt)
     mlir_input = Path(args.input).suffix == ".mlir"
     if mlir_input:
         text = _mlir_text(Path(args.input))
@@ -117,7 +127,8 @@ def predict(args) -> int:
     if mlir_input and network:  # a whole-network model: the module is one row
         workloads = pd.DataFrame([{"input": args.input, "mlir": text, "hardware": args.hardware}])
     elif mlir_input:  # a kernel model: the kernels recognised in the module, and their total
-        workloads = _mlir_workloads(text, str(args.input), args.hardware)
+        workloads = _mlir_workloads(text, str(args.input), args.hardware, args.dim, args.strict)
+        _check_model(workloads, model, args.model)
     try:
         preds = model.predict(workloads.drop(columns=["mlir_op", "node", "input"], errors="ignore"))
     except FeatureError as exc:
@@ -131,6 +142,10 @@ def predict(args) -> int:
         out = out.drop(columns=["mlir"])
     elif mlir_input:  # one row per recognised kernel plus their total
         out = _with_total(out, list(preds.columns))
+    return _write(out, out_path, fmt)
+
+
+def _write(out, out_path: Path | None, fmt: str) -> int:
     if out_path:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         with open(out_path, "w") as f:
@@ -141,11 +156,80 @@ def predict(args) -> int:
     return 0
 
 
+def _check_sources(args) -> None:
+    """Exactly one of --input / --torch, and the options that go with each."""
+    if bool(args.input) == bool(args.torch):
+        raise CliError("give exactly one of --input (workloads or .mlir) and --torch pkg.module:factory")
+    if args.torch:
+        if not args.example_input:
+            raise CliError("--torch needs --example-input (a shape like 1x3x224x224, or int64:1x128 for token ids)")
+        if not args.hardware:
+            raise CliError("--torch needs --hardware (the kernels are predicted on it)")
+        if args.dim:
+            raise CliError("--dim binds sizes of an .mlir input; with --torch, --example-input gives the shapes")
+    else:
+        if args.example_input or args.dtype:
+            raise CliError("--example-input and --dtype go with --torch")
+        if args.dim and Path(args.input).suffix != ".mlir":
+            raise CliError("--dim binds dynamic sizes of an .mlir input")
+
+
+def _check_model(workloads, model, uri: str) -> None:
+    from features.tabular import FeatureError
+    from models.networks_api import check_signature
+
+    try:
+        check_signature(workloads, model, uri)
+    except FeatureError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _warn_unmapped(line: str) -> None:
+    if line:
+        print(f"costmodel: warning: {line}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- PyTorch models (features/torch_capture)
+def _predict_torch(args):
+    """``--torch pkg.module:factory``: the module's kernels on ``--example-input``, predicted, plus the total."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import pandas as pd
+
+    from features.tabular import FeatureError
+    from features.torch_capture import load_factory, parse_example_input, unmapped_line, workloads_from_module
+    from models.networks_api import predict_kernels
+
+    try:
+        module = load_factory(args.torch)
+        inputs = tuple(parse_example_input(s) for s in args.example_input)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kernels, unmapped = workloads_from_module(module, inputs, dtype=args.dtype, strict=args.strict)
+    except ValueError as exc:  # CaptureError, strict's unmapped line, a bad --dtype
+        raise CliError(str(exc)) from None
+    _warn_unmapped(unmapped_line(unmapped))
+    if kernels.attrs.get("capture_note"):
+        print(f"costmodel: note: {kernels.attrs['capture_note']}", file=sys.stderr)
+    _set_uri(args.tracking_uri)
+    try:
+        per_kernel, total = predict_kernels(kernels, args.model, args.hardware)
+    except FeatureError as exc:
+        raise CliError(str(exc)) from None
+    row = {"node": "total", "hardware": args.hardware, **total}
+    return pd.concat([per_kernel, pd.DataFrame([row])], ignore_index=True)
+
+
 # --------------------------------------------------------------------------- MLIR (features/mlir)
 def _mlir_text(path: Path) -> str:
+    from features.mlir.graph import decode_mlir
+    from features.tabular import FeatureError
+
     if not path.exists():
         raise CliError(f"input file not found: {path}")
-    return path.read_text()
+    try:
+        return decode_mlir(path.read_bytes(), str(path))
+    except FeatureError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _takes_networks(model) -> bool:
@@ -155,26 +239,35 @@ def _takes_networks(model) -> bool:
     return "mlir" in names and "op" not in names
 
 
-def _mlir_workloads(text: str, where: str, hardware: str):
-    """``predict`` with a kernel model on a .mlir file: the linalg kernels recognised in it, on ``--hardware``."""
+def _mlir_workloads(text: str, where: str, hardware: str, dim_specs: list[str] | None = None, strict: bool = False):
+    """``predict`` with a kernel model on a .mlir file: the kernels recognised in it, on ``--hardware``."""
     from features.mlir import workloads_from_mlir
+    from features.mlir.dynamic import parse_dim_specs
+    from features.mlir.workloads import unmapped_line
     from features.tabular import FeatureError
 
     try:
-        df = workloads_from_mlir(text, where=where)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            df = workloads_from_mlir(text, where=where, dims=parse_dim_specs(dim_specs), strict=strict)
     except FeatureError as exc:
         raise CliError(str(exc)) from None
+    line = unmapped_line(df.attrs.get("unmapped", {}))
+    _warn_unmapped(f"{where}: {line}" if line else "")
     if df.empty:
-        raise CliError(f"{where}: no kernel recognised (matmul, batch_matmul, conv_2d_nchw_fchw, elementwise generic)")
+        raise CliError(f"{where}: no kernel recognised (what maps: features/mlir/workloads.py)")
     df = df.assign(hardware=hardware)
     return df.astype({c: float for c in df.columns if str(df[c].dtype) == "Int64" and c != "node"})
 
 
 def _with_total(out, targets: list[str]):
+    """Append the total row: runtime / energy summed, peak memory the largest, power = energy / runtime."""
     import pandas as pd
 
-    total = {"mlir_op": "total", **{t: out[t].sum() for t in targets}}
-    return pd.concat([out, pd.DataFrame([total])], ignore_index=True)
+    from models.networks_api import total
+
+    row = {"mlir_op": "total", **total(out[targets])}
+    return pd.concat([out, pd.DataFrame([row])], ignore_index=True)
 
 
 def featurize(args) -> int:
@@ -225,11 +318,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict costs for workloads with a registered or logged model")
     p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")
-    p.add_argument("--input", required=True, help="workloads as .csv, .jsonl, .json (array of records) or .mlir")
+    p.add_argument("--input", help="workloads as .csv, .jsonl, .json (array of records) or .mlir")
+    p.add_argument("--torch", metavar="PKG.MODULE:FACTORY",
+                   help="a PyTorch model: factory() (no arguments) returns the nn.Module; built on the meta device")
+    p.add_argument("--example-input", action="append", metavar="[DTYPE:]SHAPE",
+                   help="--torch input shape, e.g. 1x3x224x224 or int64:1x128 (repeat for several inputs)")
+    p.add_argument("--dtype", help="--torch: cost the model in this dtype (float16, bfloat16, tf32, float32)")
+    p.add_argument("--dim", action="append", metavar="%%ARG:DIM=SIZE",
+                   help=".mlir input: bind a dynamic dimension, %%arg0:0=1024, or a whole argument, %%arg0=1024x512 "
+                        "(repeatable)")
+    p.add_argument("--strict", action="store_true", help="an op with no workload mapping is an error, not a warning")
     p.add_argument("--output", help="write predictions here (.csv, .jsonl or .json) instead of stdout")
     p.add_argument("--format", choices=["csv", "jsonl", "json"], help="output format (default: from --output, else csv)")
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
-    p.add_argument("--hardware", help="hardware id for a .mlir input (its kernels are predicted on it)")
+    p.add_argument("--hardware", help="hardware id for .mlir / --torch input (its kernels are predicted on it)")
     p.set_defaults(func=predict)
 
     p = sub.add_parser("models", help="list registered models: versions, aliases, held-out metrics")

@@ -233,3 +233,25 @@ def test_wa_hls4ml_rows_encode_as_layer_chains():
     # different configurations -> different token vectors (dims, bits and reuse factor are bucketed)
     assert len({tuple(per_layer[i][0].tolist()) for i in distinct.index}) > 1
     assert graph.encode([rows.iloc[0].to_dict()]).x.shape == (1, NODE_FEATURES)
+
+
+def test_grouped_conv_has_its_own_mlir_and_recognised_groups():
+    from data.workloads import validate
+    from features.mlir.export import workload_key
+
+    dense = dict(batch=2, c_in=8, c_out=8, h=8, w=8, kernel=3, stride=1, padding=1)
+    assert workload_key("conv2d", validate("conv2d", dense), "float32") == workload_key(
+        "conv2d", validate("conv2d", dense | {"groups": 1}), "float32")
+    assert workload_key("conv2d", validate("conv2d", dense | {"groups": 8}), "float32") != workload_key(
+        "conv2d", validate("conv2d", dense), "float32")
+    for groups, mlir_op in ((8, "linalg.depthwise_conv_2d_nchw_chw"), (2, "linalg.conv_2d_ngchw_gfchw")):
+        row = workloads_from_mlir(export_workload("conv2d", dense | {"groups": groups})).iloc[0]
+        assert row["mlir_op"] == mlir_op and {k: int(row[k]) for k in dense} == dense and row["groups"] == groups
+    pool = dict(batch=2, c_in=8, h=8, w=8, kernel=3, stride=2, padding=1)
+    row = workloads_from_mlir(export_workload("max_pool2d", pool)).iloc[0]  # -inf pad read back as padding 1
+    assert row["mlir_op"] == "linalg.pooling_nchw_max" and {k: int(row[k]) for k in pool} == pool
+
+
+def test_several_modules_in_one_text_are_all_costed(exported):
+    text = exported["matmul"] + "\n" + exported["conv2d"].replace("module", "module @second", 1)
+    assert workloads_from_mlir(text)["op"].tolist() == ["matmul", "conv2d"]

@@ -5,9 +5,9 @@ Formulas (every constant is a config value; the hardware numbers come from ``con
 * Roofline (Williams, Waterman, Patterson, "Roofline: an insightful visual performance model",
   CACM 2009): a kernel takes at least ``max(FLOPs / peak_flops, bytes / bandwidth)``.
 * GEMM-like ops (matmul, bmm, linear, and conv2d as implicit GEMM with ``M = batch*h_out*w_out``,
-  ``N = c_out``, ``K = c_in*kernel^2``) are computed in output tiles of ``tile_m x tile_n``; tiles are
-  spread over the SMs in waves. Tile and wave quantization (NVIDIA, "Matrix Multiplication Background
-  User's Guide", Deep Learning Performance docs) make the compute time
+  ``N = c_out / groups``, ``K = c_in / groups * kernel^2``, one GEMM per group) are computed in output
+  tiles of ``tile_m x tile_n``; tiles are spread over the SMs in waves. Tile and wave quantization (NVIDIA,
+  "Matrix Multiplication Background User's Guide", Deep Learning Performance docs) make the compute time
 
       t_compute = ceil(batch * ceil(M/tile_m) * ceil(N/tile_n) / SMs) * (2 * tile_m * tile_n * K)
                   / (peak_flops[dtype] * compute_efficiency / SMs)
@@ -64,10 +64,12 @@ def gemm_dims(op: str, p: dict) -> tuple[int, int, int, int] | None:
         return 1, p["m"], p["n"], p["k"]
     if op == "bmm":
         return p["batch"], p["m"], p["n"], p["k"]
-    if op == "conv2d":
-        h_out = (p["h"] + 2 * p["padding"] - p["kernel"]) // p["stride"] + 1
-        w_out = (p["w"] + 2 * p["padding"] - p["kernel"]) // p["stride"] + 1
-        return 1, p["batch"] * h_out * w_out, p["c_out"], p["c_in"] * p["kernel"] ** 2
+    if op == "conv2d":  # a grouped conv is ``groups`` independent GEMMs (depthwise: N = 1, K = kernel^2)
+        groups, dilation = (int(v) if v and v == v else 1 for v in (p.get("groups"), p.get("dilation")))
+        span = dilation * (p["kernel"] - 1) + 1
+        h_out = (p["h"] + 2 * p["padding"] - span) // p["stride"] + 1
+        w_out = (p["w"] + 2 * p["padding"] - span) // p["stride"] + 1
+        return groups, p["batch"] * h_out * w_out, p["c_out"] // groups, p["c_in"] // groups * p["kernel"] ** 2
     return None
 
 

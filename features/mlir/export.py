@@ -122,7 +122,9 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def workload_key(op: str, params: dict, dtype: str, method: str = "make_fx") -> str:
-    shape = ",".join(f"{k}={int(params[k])}" for k in OPS[op].params)
+    """Index key of validated ``params``: required shape parameters, then optional ones set away from their default
+    (``validate`` drops defaults, so a row without them keeps the key it always had)."""
+    shape = ",".join(f"{k}={int(params[k])}" for k in OPS[op].names if k in params)
     return f"{op}|{shape}|{dtype}|{exporter_id(method)}"
 
 

@@ -17,6 +17,8 @@ The graph:
 
 Per node: name (``dialect.op``), dialect, result/operand element types and static shapes, and key
 attributes (``iterator_types``, ``indexing_maps``, strides, dilations, pads, permutations).
+Pretty-form StableHLO (JAX's ``lower(...).as_text()``) is first re-printed in the generic form by jaxlib's MLIR,
+which registers the StableHLO dialects (:func:`_stablehlo_to_generic`).
 Malformed text raises :class:`features.tabular.FeatureError` with ``line:column`` of the first error.
 Parsed graphs are cached in memory (LRU) keyed by the sha256 of the text.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -33,7 +36,11 @@ from features.tabular import FeatureError
 # attributes kept per node (values as python ints/lists where the attribute is an integer array,
 # else the attribute's printed form); everything else is dropped
 KEY_ATTRS = ("iterator_types", "indexing_maps", "strides", "dilations", "static_low", "static_high",
-             "permutation", "dimensions", "predicate", "callee")
+             "permutation", "dimensions", "predicate", "callee",
+             # StableHLO (dot_general, convolution, reduce_window, broadcast_in_dim) and function names
+             "dot_dimension_numbers", "dimension_numbers", "feature_group_count", "batch_group_count",
+             "window_strides", "padding", "lhs_dilation", "rhs_dilation", "window_dimensions", "base_dilations",
+             "window_dilations", "broadcast_dimensions", "call_target_name", "sym_name", "sym_visibility")
 
 
 @dataclass(frozen=True)
@@ -193,8 +200,83 @@ def _parse_cached(sha: str, text: str) -> OpGraph:
     try:
         module = ir.Module.parse(text, ctx)
     except ir.MLIRError as exc:
-        raise parse_error(exc) from None
+        generic = _stablehlo_to_generic(text, exc)
+        if generic is None:
+            raise parse_error(exc) from None
+        try:
+            module = ir.Module.parse(generic, ctx)
+        except ir.MLIRError as exc2:
+            raise parse_error(exc2) from None
     return _build(module, sha)
+
+
+# dialects whose pretty form torch-mlir's MLIR cannot read (not registered there); jaxlib's MLIR registers them
+JAX_DIALECTS = ("stablehlo", "chlo", "mhlo", "sdy", "vhlo")
+
+
+def _stablehlo_to_generic(text: str, exc) -> str | None:
+    """Pretty-form StableHLO (what ``jax.jit(f).lower(...).as_text()`` prints) -> the generic form, re-printed by
+    jaxlib's MLIR, which has the StableHLO dialects; None when the parse failed for another reason. Without jax
+    installed, or when jaxlib cannot read it either, a FeatureError names the problem (line:column)."""
+    diags = list(getattr(exc, "error_diagnostics", []) or [])
+    first = diags[0].message if diags else str(exc)
+    missing = re.search(r"Dialect `(\w+)' not found", first)
+    if not missing or missing[1] not in JAX_DIALECTS:
+        return None
+    try:
+        from jax._src.interpreters import mlir as jax_mlir
+        from jaxlib.mlir import ir as jir
+    except ImportError:
+        raise FeatureError(f"mlir:{_location(diags[0]) if diags else '?'}: pretty-form {missing[1]} needs jax "
+                           "(its MLIR registers the StableHLO dialects): pip install jax, or give the generic op "
+                           "form") from None
+    ctx = getattr(_LOCAL, "jax_ctx", None)
+    if ctx is None:
+        ctx = _LOCAL.jax_ctx = jax_mlir.make_ir_context()
+        ctx.allow_unregistered_dialects = True
+    try:
+        return jir.Module.parse(text, ctx).operation.get_asm(print_generic_op_form=True)
+    except jir.MLIRError as exc2:
+        raise parse_error(exc2) from None
+
+
+BYTECODE_MAGIC = b"ML\xefR"
+
+
+def _from_bytecode(data: bytes, where: str) -> str:
+    """MLIR bytecode -> generic-form text: upstream dialects with torch-mlir's MLIR, StableHLO portable artifacts
+    (VHLO, what ``jax.export`` serializes) with jaxlib's ``stablehlo.deserialize_portable_artifact``."""
+    from torch_mlir import ir
+
+    try:
+        return ir.Module.parse(data, _context()).operation.get_asm(print_generic_op_form=True)
+    except ir.MLIRError:
+        pass
+    try:
+        from jax._src.interpreters import mlir as jax_mlir
+        from jaxlib.mlir import ir as jir
+        from jaxlib.mlir.dialects import stablehlo
+    except ImportError:
+        raise FeatureError(f"{where}: MLIR bytecode that is not upstream MLIR (a StableHLO portable artifact?) needs "
+                           "jax to read: pip install jax, or give the text form") from None
+    ctx = jax_mlir.make_ir_context()
+    try:
+        return stablehlo.deserialize_portable_artifact(ctx, data).operation.get_asm(print_generic_op_form=True)
+    except (jir.MLIRError, ValueError, RuntimeError) as exc:
+        raise FeatureError(f"{where}: unreadable MLIR bytecode: {' '.join(str(exc).split())[:200]}") from None
+
+
+def decode_mlir(data: bytes, where: str = "mlir") -> str:
+    """MLIR file bytes -> text. MLIR text is UTF-8 (anything else is one FeatureError naming the first bad byte);
+    MLIR bytecode (``ML\\xefR`` magic, e.g. a ``jax.export`` artifact) is read and printed in the generic form."""
+    if data.startswith(BYTECODE_MAGIC):
+        return _from_bytecode(data, where)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise FeatureError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}, line "
+                           f"{line}): MLIR files are UTF-8") from None
 
 
 def parse_mlir(text: str, where: str = "mlir") -> OpGraph:
