@@ -154,6 +154,15 @@ class PowerSurrogate(CostModel):
         members = json.loads((path / "surrogate.json").read_text())["members"]
         self.models = {key: load_model(path / key) for key in members}
 
+    @classmethod
+    def load_legacy(cls, path: str | Path) -> "PowerSurrogate":
+        """A surrogate saved before it was a CostModel (``surrogate.json`` with name, power_cap, joint)."""
+        path = Path(path)
+        meta = json.loads((path / "surrogate.json").read_text())
+        model = cls(meta["name"], multi_target=bool(meta.get("joint")), power_cap=meta["power_cap"])
+        model.models = {k: load_model(path / k) for k in (["joint"] if meta.get("joint") else TARGETS)}
+        return model
+
 
 def derive_energy_j(power_w, runtime_ms):
     """Energy per call (J) = average power (W) x runtime (s)."""

@@ -145,9 +145,15 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
         from features.encoders import build_encoder
 
         self.registry = HardwareRegistry.from_json(Path(context.artifacts["hardware"]).read_text())
-        self.meta = json.loads(Path(context.artifacts["meta"]).read_text())
+        self.meta = upgrade_meta(json.loads(Path(context.artifacts["meta"]).read_text()))
         self.encoder = build_encoder(self.meta["encoder"], self.registry)
-        self.model = load_model(context.artifacts["model"])
+        path = Path(context.artifacts["model"])
+        if (path / "model.json").exists():
+            self.model = load_model(path)
+        else:  # a power surrogate saved before it was a CostModel
+            from models.power import PowerSurrogate
+
+            self.model = PowerSurrogate.load_legacy(path)
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         target, meta = self.meta["target"], self.meta
@@ -190,6 +196,29 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
 
 
 NetworkPyfunc = PowerPyfunc = CostModelPyfunc  # the class names of models logged before the one serving class
+
+
+def upgrade_meta(meta: dict) -> dict:
+    """The meta of a model logged before the one serving class, in the current layout (the same numbers), so a
+    process that imported this code (the CLI, the champion rule re-scoring an old champion) still serves it. A fresh
+    process loads such a model with the code bundled in it."""
+    if "unit" in meta:
+        return meta
+    if "targets" in meta:  # the power surrogate: runtime and power predicted, energy derived
+        cols = ["runtime_ms", "power_w", "energy_j"]
+        return {"model": meta.get("model"), "unit": "kernel", "level": meta["level"], "intervals": meta["intervals"],
+                "encoder": {"_target_": "features.tabular.PowerFeaturizer"},
+                "target": {"name": "power", "columns": cols, "network_totals": True,
+                           "combine": {"runtime_ms": "sum", "power_w": "time_weighted", "energy_j": "sum"}}}
+    target, encoding = meta["target"], meta.get("encoder")
+    encoder = {"graph": {"_target_": "features.encoders.GraphEncoder", **(meta.get("graph") or {})},
+               "tokens": {"_target_": "features.encoders.TokenEncoder"}}.get(
+        encoding, {"_target_": "features.tabular.TabularFeaturizer"})
+    return {"model": meta.get("model"), "unit": "network" if encoding else "kernel", "encoder": encoder,
+            "level": meta["interval"]["level"], "intervals": {target: meta["interval"]},
+            "target": {"name": target, "columns": [target],
+                       "combine": {target: "max" if target == "peak_mem_bytes" else "sum"}},
+            **({"trained_hardware": meta["trained_hardware"]} if meta.get("trained_hardware") else {})}
 
 
 def make_meta(*, model: str, target: dict, encoder: dict, unit: str, intervals: dict[str, dict], level: float,
