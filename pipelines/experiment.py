@@ -413,13 +413,13 @@ def run_experiment(cfg: DictConfig, rows: pd.DataFrame, registry: HardwareRegist
     for name, entry in entries.items():
         X, unit = encodings.X(entry.encoder), encodings.unit(entry.encoder)
         res = results[name] = Result(name)
-        describe = [c for c in (NETWORK_DESCRIBE if unit == "network" else DESCRIBE) if c in rows.columns]
+        describe = describe_of(encodings, entry, rows)
         if name in candidates:
             fit = res.fits["test"] = fit_registered(lambda e=entry: build(e), X, Yfit, rows, train, test, cfg.interval)
             res.metrics.update(flat("test", score(rows.iloc[test], Y[test], fit.pred, fit.lo, fit.hi, target=target,
                                                   level=level, scopes=cfg.get("scopes"),
                                                   loo=cfg.interval.method == "loo")))
-            res.metrics["test/all/fit_seconds"] = fit.seconds
+            res.metrics.update({"test/all/fit_seconds": fit.seconds, "test/all/n_train": float(fit.n_train)})
             res.metrics.update(calibration_metrics(fit.calibrated, target))
             res.test_frame = rows.iloc[test][[c for c in DESCRIBE if c in rows.columns]].reset_index(drop=True).assign(
                 **{c: Y[test, j] for j, c in enumerate(target.columns)},
@@ -450,23 +450,31 @@ def run_experiment(cfg: DictConfig, rows: pd.DataFrame, registry: HardwareRegist
     if candidates:
         metric = cfg.register.select_metric
         rank_keys = [f"{cfg.register.get('select_split', 'test')}/all/{target.key(metric, c)}" for c in target.rank_by]
-        lower = tracking.LOWER_IS_BETTER.get(metric, True)
-        best = min(candidates, key=lambda n: tuple((1 if lower else -1) * results[n].metrics[k] for k in rank_keys))
-        res = results[best]
-        test_all = {k.split("/")[-1]: v for k, v in res.metrics.items() if k.startswith("test/all/")}
-        champion = {k.removeprefix(f"{target.primary}."): v for k, v in test_all.items()
-                    if not target.multi or k.startswith(f"{target.primary}.")}
-        heldout = rows.iloc[test][[c for c in describe_of(encodings, entries[best], rows)]].reset_index(drop=True)
-        heldout = heldout.assign(**{target.primary: Y[test, target.columns.index(target.primary)],
-                                    f"pred_{target.primary}": res.fits["test"].pred[:, target.columns.index(target.primary)]})
-        decision = tracking.register(res.model_uri, cfg.register.name, cfg.register.alias, champion, split=split_id,
-                                     heldout=heldout, target=target.primary, select_metric=metric, model_name=best)
+        sign = 1 if tracking.LOWER_IS_BETTER.get(metric, True) else -1
+        best = min(candidates, key=lambda n: tuple(sign * results[n].metrics[k] for k in rank_keys))
+        decision = register(cfg, results[best], rows, test, Y, target, split_id,
+                            describe_of(encodings, entries[best], rows))
     return Experiment(results, best, decision, target, split_id, uri, list(folds), reused, rank_keys)
 
 
 def describe_of(encodings: Encodings, entry: Entry, rows: pd.DataFrame) -> list[str]:
+    """The columns a served row of this entry holds: a workload (op, hardware, dtype, shapes) or a network."""
     unit = encodings.unit(entry.encoder)
     return [c for c in (NETWORK_DESCRIBE if unit == "network" else DESCRIBE) if c in rows.columns]
+
+
+def register(cfg: DictConfig, res: Result, rows: pd.DataFrame, test, Y, target: Target, split_id: dict,
+             describe: list[str]):
+    """``tracking.register`` (the one champion rule) for ``res``: its ``test/all`` metrics of the target's primary
+    column (bare names: the version's ``test_<metric>`` tags) and its held-out rows with their predictions."""
+    j, col = target.columns.index(target.primary), target.primary
+    prefix = f"{col}." if target.multi else ""
+    metrics = {k.split("/")[-1].removeprefix(prefix): v for k, v in res.metrics.items()
+               if k.startswith(f"test/all/{prefix}") and not k.endswith(("fit_seconds", "n_train"))}
+    heldout = rows.iloc[test][describe].reset_index(drop=True).assign(
+        **{col: Y[test, j], f"pred_{col}": res.fits["test"].pred[:, j]})
+    return tracking.register(res.model_uri, cfg.register.name, cfg.register.alias, metrics, split=split_id,
+                             heldout=heldout, target=col, select_metric=cfg.register.select_metric, model_name=res.name)
 
 
 def calibration_metrics(cal, target: Target) -> dict[str, float]:

@@ -8,7 +8,7 @@
 
 Collects the rows of ``collect.backends``, keeps those that have the target, then the one library path
 (``pipelines.experiment.run_experiment``) fits, calibrates, scores, logs and registers; ``pipelines.report`` prints.
-A target no collected row has is one error line and exit status 2.
+A target no collected row has, or an unknown backend or split, is one error line and exit status 2.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def run(cfg: DictConfig) -> experiment.Experiment:
 def main(cfg: DictConfig) -> float:
     try:
         return run(cfg).objective()
-    except experiment.TargetError as exc:
+    except (experiment.TargetError, ValueError) as exc:  # a target no row has, an unknown backend / split / model
         print(f"run: error: {exc}", file=sys.stderr)
         sys.exit(2)
 

@@ -84,6 +84,20 @@ def pip_requirements() -> list[str]:
     return [r for r in reqs if "extra ==" not in r]
 
 
+def machine() -> str:
+    """Where a run ran: CPU model, cores, OS (the ``machine`` tag; the results page quotes it)."""
+    import os
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, python {platform.python_version()}"
+
+
 def _metric_key(key: str) -> str:
     return "/".join(re.sub(r"[^A-Za-z0-9_\-. :]", "_", p) for p in key.split("/"))
 
@@ -131,7 +145,7 @@ def log_run(name: str, *, metrics: dict[str, float], params: dict, tags: dict, f
     trial = sweep_trial_tags(name)
     with mlflow.start_run(run_name=trial.pop("mlflow.runName", name)) as run, tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        mlflow.set_tags({k: str(v) for k, v in {**tags, **trial}.items()})
+        mlflow.set_tags({k: str(v) for k, v in {**tags, **trial, "machine": machine()}.items()})
         mlflow.log_params({**{k: str(v) for k, v in params.items()}, "model.name": name})
         if dataset is not None:
             mlflow.log_input(mlflow.data.from_pandas(dataset["rows"], source=dataset["source"], name="measurements",
