@@ -153,7 +153,8 @@ def collect_cached(networks: list[dict], backend, cache_dir: Path | None, dtype:
     if cache_dir is None:
         return (*collect_networks(networks, backend, dtype, annotate), backend.hardware, False)
     key = cache_key(networks, backend, dtype)
-    paths = {k: cache_dir / f"{k}-{key}.{'json' if k == 'hardware' else 'parquet'}" for k in ("networks", "layers", "hardware")}
+    paths = {k: cache_dir / f"{k}-{key}.{'json' if k == 'hardware' else 'parquet'}"
+             for k in ("networks", "layers", "hardware")}
     if all(p.exists() for p in paths.values()):
         spec = HardwareSpec.from_dict(json.loads(paths["hardware"].read_text()))
         return pd.read_parquet(paths["networks"]), pd.read_parquet(paths["layers"]), spec, True

@@ -231,7 +231,8 @@ def make_meta(*, model: str, target: dict, encoder: dict, unit: str, intervals: 
         if target["combine"].get(col) not in COMBINE:
             raise ValueError(f"target {target['name']}: combine rule of {col} must be one of {', '.join(COMBINE)}")
     return {"model": model, "target": target, "encoder": encoder, "unit": unit, "level": level,
-            "intervals": {c: {"method": "split-conformal per hardware", "level": level, **v} for c, v in intervals.items()},
+            "intervals": {c: {"method": "split-conformal per hardware", "level": level, **v}
+                          for c, v in intervals.items()},
             **({"trained_hardware": trained_hardware} if trained_hardware is not None else {}), **extra}
 
 

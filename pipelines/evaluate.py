@@ -41,8 +41,8 @@ def load_rows(cfg: DictConfig, out: Path, registry: HardwareRegistry):
     cache = out / "datasets" / "import" / f"{name}.parquet"
     if not kwargs and cfg.use_import_cache and cache.exists():
         return read_dataset(cache)
-    rows = getattr(importlib.import_module(f"data.importers.{name}"), f"import_{name}")(cfg.data_root, registry=registry,
-                                                                                        **kwargs)
+    importer = getattr(importlib.import_module(f"data.importers.{name}"), f"import_{name}")
+    rows = importer(cfg.data_root, registry=registry, **kwargs)
     if not kwargs and cfg.use_import_cache:
         write_dataset(rows, cache)
     return rows

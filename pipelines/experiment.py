@@ -493,7 +493,9 @@ def served_model(name: str, cal, entry: Entry, unit: str, target: Target, regist
 
     intervals = {c: {"log_halfwidth": float(cal.q[j]), "by_hardware": cal.by_group[j], "transform": cal.transforms[j],
                      "lower": cal.lower[j], "upper": cal.upper[j]} for j, c in enumerate(target.columns)}
-    trained = sorted(set(rows["hardware"].iloc[np.setdiff1d(np.arange(len(rows)), test)])) if unit == "network" else None
+    trained = None
+    if unit == "network":  # a network model learned from these machines only: serving refuses others
+        trained = sorted(set(rows["hardware"].iloc[np.setdiff1d(np.arange(len(rows)), test)]))
     meta = make_meta(model=name, target=target.facts(), encoder=entry.encoder, unit=unit, intervals=intervals,
                      level=level, trained_hardware=trained)
     example = rows.iloc[test[:3]][describe].reset_index(drop=True)

@@ -59,7 +59,8 @@ def run(cfg: DictConfig) -> tuple[experiment.Experiment, float]:
     registry.add(spec)
     report.console.print(f"{'cached' if hit else 'measured'} {len(nets)} networks and {len(layers)} distinct layers on "
                          f"{spec.id} ({time.perf_counter() - t0:.1f} s incl. MLIR export)")
-    described = nets.drop(columns=["mlir"]).astype({c: str for c in nets.columns if nets[c].dtype == object and c != "mlir"})
+    described = nets.drop(columns=["mlir"])
+    described = described.astype({c: str for c in described.columns if described[c].dtype == object})
     params = {"grid": cfg.grid, "hardware": spec.id, "n_networks": len(nets), "n_layers": len(layers),
               "measurements_cached": hit, "graph": OmegaConf.to_container(cfg.graph)}
     exp = experiment.run_experiment(cfg, nets, registry, target, folds=folds(cfg, nets), context={"layers": layers},

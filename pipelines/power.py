@@ -1,4 +1,5 @@
-"""Power surrogate on the measured H200 kernels: import -> featurize -> evaluate -> track -> register (``conf/power.yaml``).
+"""Power surrogate on the measured H200 kernels: import -> featurize -> evaluate -> track -> register
+(``conf/power.yaml``).
 
     python -m pipelines.power                                  # four kinds: analytical, xgb, residual, hybrid
     python -m pipelines.power multi_target=false               # one model per target instead of one joint model

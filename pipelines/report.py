@@ -132,7 +132,8 @@ def power(exp, cfg, rows: pd.DataFrame, floor_all: pd.Series, spec: pd.DataFrame
 
     fits = "one multi-target model per kind" if cfg.get("multi_target") else "one model per target"
     cv, cov = "held_out_shapes_kfold", f"coverage{round(float(cfg.interval.level) * 100)}"
-    t = Table(title=f"H200, unseen shapes ({cfg.split.folds}-fold grouped by shape, out of fold; {fits}): MedAPE / MAPE %")
+    t = Table(title=f"H200, unseen shapes ({cfg.split.folds}-fold grouped by shape, out of fold; {fits}): "
+                    "MedAPE / MAPE %")
     for c in ("model", "runtime", "power", "energy (derived)", "unseen family: power MedAPE", "held-out cover90 P/E"):
         t.add_column(c, justify="left" if c == "model" else "right")
     for k, r in exp.results.items():
@@ -155,7 +156,8 @@ def power(exp, cfg, rows: pd.DataFrame, floor_all: pd.Series, spec: pd.DataFrame
               "energy MAPE", "noise energy"):
         tb.add_column(c, justify="left" if c in ("family", "op", "dtype") else "right")
     for r in exp.results[exp.best].tables["by_op_dtype"].to_dict("records"):
-        tb.add_row(r["family"], r["op"], r["dtype"], str(r["n"]), f"{r['power_w_medape']:.1f}", f"{r['power_w_mape']:.1f}",
+        tb.add_row(r["family"], r["op"], r["dtype"], str(r["n"]), f"{r['power_w_medape']:.1f}",
+                   f"{r['power_w_mape']:.1f}",
                    f"{r['noise_power_w']:.1f}", f"{r['energy_j_medape']:.1f}", f"{r['energy_j_mape']:.1f}",
                    f"{r['noise_energy_j']:.1f}")
     console.print(tb)
@@ -173,7 +175,8 @@ def power(exp, cfg, rows: pd.DataFrame, floor_all: pd.Series, spec: pd.DataFrame
                   f"{int(spec['bounded'].iloc[0]) if len(spec) else 0} of {len(spec)}", markup=False)
     registered(exp, cfg, wall)
     print(f"  MLFLOW_TRACKING_URI={exp.tracking_uri} costmodel predict --model models:/{cfg.register.name}@"
-          f"{cfg.register.alias} --input workloads.csv   # add a 'network' column to cost a list of layers as one network")
+          f"{cfg.register.alias} --input workloads.csv"
+          "   # add a 'network' column to cost a list of layers as one network")
 
 
 # --------------------------------------------------------------------------- whole networks
@@ -210,7 +213,8 @@ def public_eval_files(r: dict, dataset: str):
         title, sym = f"{dataset} {r['split']} {r['model']}", kind != "runtime"
         files = []
         if kind != "classify" and len(frame):
-            yy, p, g, shift = frame["y"].to_numpy(float), frame["pred"].to_numpy(float), frame["group"].to_numpy(), float(sym)
+            yy, p, g = frame["y"].to_numpy(float), frame["pred"].to_numpy(float), frame["group"].to_numpy()
+            shift = float(sym)
             unit = "value + 1" if sym else "runtime (ms)"  # zero-heavy targets: y + 1 on log axes
             parity_plot(g, yy + shift, np.maximum(p + shift, 1e-12), title, directory / "parity.png", f"true {unit}",
                         f"predicted {unit}")

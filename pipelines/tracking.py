@@ -95,7 +95,8 @@ def machine() -> str:
             model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), model)
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, python {platform.python_version()}"
+    return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+            f"python {platform.python_version()}")
 
 
 def _metric_key(key: str) -> str:
@@ -158,7 +159,8 @@ def log_run(name: str, *, metrics: dict[str, float], params: dict, tags: dict, f
             for f in paths:
                 mlflow.log_artifact(str(f), artifact_path="eval")
         stamp = int(time.time() * 1000)
-        batch = [mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0) for k, v in metrics.items() if v is not None]
+        batch = [mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0)
+                 for k, v in metrics.items() if v is not None]
         for i in range(0, len(batch), 900):  # MLflow's batch limit is 1000 metrics
             mlflow.MlflowClient().log_batch(run.info.run_id, metrics=batch[i:i + 900])
         if served is None:

@@ -94,7 +94,8 @@ if sys.argv[6]:  # decoys: packages of the caller's own named like the project's
     found = {m: importlib.util.find_spec(m).origin for m in ("data", "features", "models")}
     assert all(f.startswith(sys.argv[6]) for f in found.values()), found
 else:
-    assert [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)] == [], "project importable"
+    importable = [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)]
+    assert importable == [], f"project importable: {importable}"
 import mlflow, pandas as pd
 mlflow.set_tracking_uri(sys.argv[2])
 model = mlflow.pyfunc.load_model(sys.argv[3])
@@ -114,7 +115,8 @@ def predict_isolated(tracking_uri: str, model_uri: str, rows: list[dict], module
 
     site = sysconfig.get_paths()["purelib"]
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED, site, tracking_uri, model_uri, json.dumps(rows),
-                           json.dumps(modules), str(decoys or "")], capture_output=True, text=True, cwd=cwd, timeout=300)
+                           json.dumps(modules), str(decoys or "")],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return pd.DataFrame(out["preds"]), out["files"]

@@ -31,9 +31,9 @@ def test_toys_satisfy_the_protocols(registry):
 
 @pytest.mark.slow
 def test_main_job_takes_a_new_backend_model_encoder_and_target(tmp_path):
-    proc = run_entry("pipelines.run", f"hydra.searchpath=[file://{EXT / 'conf'}]", "debug=tiny", "collect.backends=[toy]",
-                     "target=energy_j", "encoder=toy", "model=[toy_scaled_baseline,xgb]", "features.mlir.enabled=false",
-                     "eval_splits=[held_out_shapes,held_out_family]", out=tmp_path)
+    proc = run_entry("pipelines.run", f"hydra.searchpath=[file://{EXT / 'conf'}]", "debug=tiny",
+                     "collect.backends=[toy]", "target=energy_j", "encoder=toy", "model=[toy_scaled_baseline,xgb]",
+                     "features.mlir.enabled=false", "eval_splits=[held_out_shapes,held_out_family]", out=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [dataset] = list((tmp_path / "datasets").glob("*.parquet"))
     rows = read_dataset(dataset)

@@ -20,7 +20,8 @@ def test_default_config_composes():
         cfg = compose("run")
     assert set(cfg.model) == {"rf", "xgb", "roofline"}
     assert list(cfg.collect.backends) == ["cpu", "sim-roofline"]
-    assert {"A100-PCIe-40GB", "H100-SXM", "L4", "T4", "V100-PCIe-32GB"} <= set(cfg.collect.backend["sim-roofline"].hardware)
+    sims = set(cfg.collect.backend["sim-roofline"].hardware)
+    assert {"A100-PCIe-40GB", "H100-SXM", "L4", "T4", "V100-PCIe-32GB"} <= sims
     assert cfg.split.name == "held_out_shapes" and cfg.mlflow.tracking_uri is None
     assert list(cfg.eval_splits) == ["random", "held_out_shapes", "held_out_family", "leave_one_hardware_out"]
 
