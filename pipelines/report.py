@@ -60,7 +60,8 @@ def main_job(exp, cfg, wall: float) -> None:
             f"; {'other splits' if exp.reused else 'every split'} refit with n_estimators x {trees:g}"))
         _split_table(exp, f"every split: pooled test rows of each split's folds{note}; τ within (op, hardware)", cov)
     registered(exp, cfg, wall)
-    _recipes(exp, cfg)
+    if exp.decision is not None:
+        _recipes(exp, cfg)
 
 
 def _split_table(exp, title: str, cov: str) -> None:
