@@ -71,7 +71,7 @@ def main() -> None:
         return whole_networks(args.models, args)
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("run", overrides=["collect.cpu.enabled=false", "progress=false", "model=[rf,xgb,roofline,xgb_residual]",
+        cfg = compose("run", overrides=["collect.backends=[sim-roofline]", "progress=false", "model=[rf,xgb,roofline,xgb_residual]",
                                         *args.overrides])
     registry = HardwareRegistry.from_dir()
     rows, _ = collect_from_config(cfg.collect, registry, progress=False)
@@ -121,9 +121,10 @@ def whole_networks(names: list[str], args) -> None:
     from features.mlir.export import export_workload
     from models.gnn import GNNModel
     from models.transformer import TransformerModel
-    from pipelines.networks import network_grid
+    from data.collect import network_grid
 
-    cfg = OmegaConf.load(ROOT / "conf" / "networks.yaml")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("networks")
     nets = network_grid(OmegaConf.to_container(cfg.networks))
     texts = [export_workload(w["op"], w["params"], "float32") for w in nets]
     registry = HardwareRegistry.from_dir()
@@ -133,8 +134,12 @@ def whole_networks(names: list[str], args) -> None:
     y = np.array([float(g.roofline_ms.sum()) for g in data["gnn"]])
     rng = np.random.default_rng(0)
     big = rng.integers(0, len(texts), max(args.nn_batches))
-    factories = {"gnn": lambda: GNNModel(**{**OmegaConf.to_container(cfg.gnn), "epochs": args.nn_epochs}),
-                 "token_transformer": lambda: TransformerModel(**{**OmegaConf.to_container(cfg.transformer),
+    def params(name):  # the model's hyper-parameters in conf/model/<name>.yaml
+        return {k: v for k, v in OmegaConf.to_container(cfg.model[name], resolve=True).items()
+                if k not in ("_target_", "encoder")}
+
+    factories = {"gnn": lambda: GNNModel(**{**params("gnn"), "epochs": args.nn_epochs}),
+                 "token_transformer": lambda: TransformerModel(**{**params("token_transformer"),
                                                                   "epochs": args.nn_epochs})}
     nodes = np.mean([g.num_nodes for g in data["gnn"]])
     toks = np.mean([len(t["ids"]) for t in data["token_transformer"]])

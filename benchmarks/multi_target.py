@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/multi_target.py [--n-jobs 2] [--split held_out_layer_shapes|held_out_precision]
 
 Data: the synthesised wa-hls4ml dense layers (``../shared/data/wa_hls4ml``, 784 rows), features
-``models.public_eval.fpga_features``, targets lut, ff, dsp, bram_18k, latency_cycles with the per-target
+``features.public_data.fpga_features``, targets lut, ff, dsp, bram_18k, latency_cycles with the per-target
 transforms of ``conf/dataset/wa_hls4ml.yaml`` and bounds [0, the xcvu13p totals]; the split of
 ``pipelines.evaluate`` (held-out layer shapes by default), every model fitted on all training rows (no
 calibration fold, so only the model choice differs), hyper-parameters of ``conf/dataset/wa_hls4ml.yaml``.
@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from data.hardware import HardwareRegistry  # noqa: E402
 from data.importers.wa_hls4ml import import_wa_hls4ml  # noqa: E402
 from models.evaluate import resource_metrics  # noqa: E402
-from models.public_eval import FPGA_TARGETS, fpga_bounds, fpga_features  # noqa: E402
+from features.public_data import fpga_features  # noqa: E402
+from models.public_eval import FPGA_TARGETS, fpga_bounds  # noqa: E402
 from models.splits import held_out_layer_shapes, held_out_precision  # noqa: E402
 from models.tree import RandomForestModel, XGBoostModel  # noqa: E402
 

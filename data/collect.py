@@ -1,50 +1,168 @@
-"""Run a backend over a list of workloads with a progress bar; returns validated measurement rows."""
+"""Run backends over workloads with a progress bar; returns validated measurement rows.
+
+* :func:`collect`: one backend, a list of workloads, in memory (for long or resumable sweeps use
+  ``data.engine.run_sweep``, a sharded crash-safe dataset directory);
+* :func:`collect_from_config`: the main job's collection: one seeded shape sweep measured by every backend of
+  ``collect.backends`` (``conf/collect/backend/<name>.yaml`` + the job's per-backend settings);
+* :func:`collect_networks` / :func:`collect_cached`: whole networks and their distinct layers on one backend, with an
+  optional on-disk cache so every trial of a sweep sees the same timings.
+"""
 from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from data.schema import validate
+from data.schema import BACKEND_CONF_DIR, register_backend, validate
 
 
 def collect(backend, workloads: list[dict], desc: str | None = None, progress: bool = True) -> pd.DataFrame:
-    """In memory, in order; anything a backend raises becomes an error row (``data.engine.safe_measure``).
-
-    For long or resumable sweeps use ``data.engine.run_sweep`` (sharded, crash-safe dataset directory).
-    """
+    """In memory, in order; anything a backend raises becomes an error row (``data.engine.safe_measure``)."""
     from data.engine import safe_measure
 
+    register_backend(backend.name)
     rows = [safe_measure(backend, w) for w in tqdm(workloads, desc=desc or backend.name, disable=not progress,
-                                             unit="cfg", dynamic_ncols=True)]
+                                                   unit="cfg", dynamic_ncols=True)]
     return validate(pd.DataFrame(rows))
 
 
-def collect_from_config(cfg, registry, progress: bool = True):
-    """The collection stage of the main job: one seeded shape sweep, measured on this CPU and simulated
-    on the configured GPUs. Returns ``(rows, cpu_spec)``; ``cpu_spec`` is None when the CPU is disabled."""
-    from data.backends.cpu import CpuBackend
-    from data.backends.sim_roofline import SimRooflineBackend
-    from data.sweep import random_sweep
-
+def backend_config(name: str):
+    """``conf/collect/backend/<name>.yaml`` (the default loader of :func:`collect_from_config`)."""
     from omegaconf import OmegaConf
 
+    path = BACKEND_CONF_DIR / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in BACKEND_CONF_DIR.glob("*.yaml")))
+        raise ValueError(f"collect.backends: unknown backend {name!r}; known (conf/collect/backend): {known}")
+    return OmegaConf.load(path)
+
+
+def make_backends(name: str, base, options, registry) -> list:
+    """The backends one ``collect.backends`` entry stands for: ``base`` (its config file) with the job's ``options``
+    (``collect.backend.<name>``) merged over it; ``options.hardware`` (a registry id or a list of them) makes one
+    backend per hardware, each given the registry's spec. ``dtypes`` is the sweep's, not the backend's."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    options = OmegaConf.to_container(options, resolve=True) if options is not None else {}
+    options.pop("dtypes", None)
+    hardware = options.pop("hardware", None)
+    # a config may interpolate the collection name (${name}); resolve it against this job's name for the backend
+    node = OmegaConf.merge({"name": name, "backend": base}, {"backend": options})
+    cfg = OmegaConf.to_container(node, resolve=True)["backend"]
+    if hardware is None:
+        return [instantiate(cfg)]
+    cfg.pop("hardware", None)
+    make = instantiate(cfg, _partial_=True)  # the spec object goes in as is (instantiate would make it a config)
+    return [make(hardware=registry.get(hw)) for hw in ([hardware] if isinstance(hardware, str) else hardware)]
+
+
+def collect_from_config(cfg, registry, progress: bool = True, load: Callable | None = None):
+    """The collection stage of the main job: one seeded shape sweep (``cfg.sweep``), measured by every backend
+    named in ``cfg.backends`` with its settings from ``cfg.backend.<name>`` (``dtypes``: the sweep's dtypes on it,
+    default float32; ``hardware``: one backend per listed registry id). ``load(name)`` returns a backend's config
+    (default: ``conf/collect/backend/<name>.yaml``; the main job passes a loader that follows Hydra's search path).
+
+    Returns ``(rows, specs)``: the validated rows and the hardware spec of each backend (the caller adds the ones the
+    registry lacks, e.g. the detected CPU, so the featurizer knows them)."""
+    from omegaconf import OmegaConf
+
+    from data.sweep import random_sweep
+
+    load = load or backend_config
     sweep = cfg.sweep
     ops = OmegaConf.to_container(sweep.ops, resolve=True)
-    frames, cpu_spec = [], None
-    if cfg.cpu.enabled:
-        backend = CpuBackend(num_threads=cfg.cpu.num_threads, min_run_time=cfg.cpu.min_run_time, warmup=cfg.cpu.warmup,
-                             measure_memory=cfg.cpu.get("measure_memory", True), energy=cfg.cpu.get("energy", True))
-        workloads = random_sweep(ops, list(cfg.cpu.dtypes), cfg.seed, sweep.max_flops, sweep.max_bytes)
-        cpu_spec = backend.hardware
-        frames.append(collect(backend, workloads, desc=f"measure {cpu_spec.id}", progress=progress))
-    if cfg.sim.enabled:
-        workloads = random_sweep(ops, list(cfg.sim.dtypes), cfg.seed, sweep.max_flops, sweep.max_bytes)
-        for hw in cfg.sim.hardware:
-            backend = SimRooflineBackend(registry.get(hw), compute_efficiency=cfg.sim.compute_efficiency,
-                                         memory_efficiency=cfg.sim.memory_efficiency,
-                                         launch_overhead_us=cfg.sim.launch_overhead_us,
-                                         tile_m=cfg.sim.tile_m, tile_n=cfg.sim.tile_n)
-            frames.append(collect(backend, workloads, desc=f"simulate {backend.hardware.id}", progress=progress))
-    if not frames:
-        raise ValueError("collect: both cpu and sim are disabled; nothing to measure")
-    return pd.concat(frames, ignore_index=True), cpu_spec
+    if not cfg.backends:
+        raise ValueError("collect.backends is empty; nothing to measure")
+    frames, specs = [], []
+    for name in cfg.backends:
+        options = (cfg.get("backend") or {}).get(name)
+        dtypes = list((options or {}).get("dtypes") or ["float32"])
+        workloads = random_sweep(ops, dtypes, cfg.seed, sweep.max_flops, sweep.max_bytes)
+        for backend in make_backends(name, load(name), options, registry):
+            specs.append(backend.hardware)
+            frames.append(collect(backend, workloads, desc=f"{backend.name} {backend.hardware.id}", progress=progress))
+    return pd.concat(frames, ignore_index=True), specs
+
+
+# --------------------------------------------------------------------------- whole networks
+def network_grid(spec: dict) -> list[dict]:
+    """``{family: {param: [values]}}`` -> ``[{op, params}]`` (product of the values per family)."""
+    out = []
+    for op, grid in spec.items():
+        keys = list(grid)
+        for values in itertools.product(*(grid[k] for k in keys)):
+            out.append({"op": op, "params": dict(zip(keys, (int(v) for v in values)))})
+    return out
+
+
+def collect_networks(networks: list[dict], backend, dtype: str = "float32",
+                     annotate: Callable[[dict], dict] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Measure the networks and every distinct layer of them (``data.networks.layers``).
+
+    Returns (network rows + ``annotate(workload)``'s columns (e.g. the MLIR text) + ``layer_ids``: the JSON list of
+    the network's layer ids in order, layer rows + ``layer_id``); a failed measurement raises ``RuntimeError`` naming
+    the network or layer."""
+    from data.networks import layers
+    from data.workloads import shape_id
+
+    net_rows, layer_rows = [], {}
+    for w in networks:
+        row = backend.measure({**w, "dtype": dtype})
+        if row["status"] != "ok":
+            raise RuntimeError(f"network {w['op']} {w['params']}: {row['error']}")
+        ids = []
+        for lw in layers(w["op"], w["params"], dtype):
+            sid = shape_id(lw["op"], lw["params"]) + f"|{dtype}"
+            ids.append(sid)
+            if sid not in layer_rows:
+                lrow = backend.measure(lw)
+                if lrow["status"] != "ok":
+                    raise RuntimeError(f"layer {lw['op']} {lw['params']}: {lrow['error']}")
+                layer_rows[sid] = {**lrow, "layer_id": sid}
+        row.update(annotate({**w, "dtype": dtype}) if annotate else {}, layer_ids=json.dumps(ids))
+        net_rows.append(row)
+    return pd.DataFrame(net_rows), pd.DataFrame(list(layer_rows.values()))
+
+
+def cache_key(networks: list[dict], backend, dtype: str = "float32") -> str:
+    """sha256 (16 hex) of what decides the measurements: the network list, the dtype, the backend's timing settings
+    and the CPU it runs on (``backend.hardware.id``: CPU model and thread count)."""
+    ident = {"networks": networks, "dtype": dtype, "hardware": backend.hardware.id,
+             "backend": {k: getattr(backend, k, None) for k in ("num_threads", "min_run_time", "warmup")}}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def collect_cached(networks: list[dict], backend, cache_dir: Path | None, dtype: str = "float32",
+                   annotate: Callable[[dict], dict] | None = None):
+    """:func:`collect_networks` (``annotate``: extra columns per network, e.g. its MLIR) and the backend's hardware spec
+    (a CPU's peak FLOP/s and bandwidth are *measured* at detection, ``data.hardware.detect_cpu``), or their earlier
+    result from ``<cache_dir>/{networks,layers}-<key>.parquet`` + ``hardware-<key>.json`` (:func:`cache_key`; written
+    atomically after a fresh measurement), so every trial of a sweep sees the same timings and the same hardware.
+    ``cache_dir=None`` always measures. Returns (networks, layers, spec, hit)."""
+    from data.hardware import HardwareSpec
+    from data.store import write_parquet_durably
+
+    if cache_dir is None:
+        return (*collect_networks(networks, backend, dtype, annotate), backend.hardware, False)
+    key = cache_key(networks, backend, dtype)
+    paths = {k: cache_dir / f"{k}-{key}.{'json' if k == 'hardware' else 'parquet'}"
+             for k in ("networks", "layers", "hardware")}
+    if all(p.exists() for p in paths.values()):
+        spec = HardwareSpec.from_dict(json.loads(paths["hardware"].read_text()))
+        return pd.read_parquet(paths["networks"]), pd.read_parquet(paths["layers"]), spec, True
+    nets, lay = collect_networks(networks, backend, dtype, annotate)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = paths["hardware"].with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(backend.hardware), sort_keys=True))
+    os.replace(tmp, paths["hardware"])
+    write_parquet_durably(lay, paths["layers"])
+    write_parquet_durably(nets, paths["networks"])  # last: a hit needs all three
+    return nets, lay, backend.hardware, False

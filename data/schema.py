@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from pathlib import Path
 from typing import Mapping
 
 import pandas as pd
@@ -14,8 +15,24 @@ import pandera.pandas as pa
 
 from data.workloads import DTYPES, OPS, SHAPE_PARAMS
 
-BACKENDS = ("cpu", "cuda", "sim-roofline", "sim-systolic", "import")
 STATUSES = ("ok", "error")
+BACKEND_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "collect" / "backend"
+_registered_backends: set[str] = {"import"}  # "import": rows of a public dataset (data/importers)
+
+
+def register_backend(name: str) -> None:
+    """Make ``name`` a valid ``backend`` value in this process (``data.collect`` registers every backend it runs,
+    e.g. one whose config lives outside ``conf/collect/backend``)."""
+    _registered_backends.add(str(name))
+
+
+def known_backends() -> set[str]:
+    """The backends that exist: one per ``conf/collect/backend/<name>.yaml``, ``import``, and those registered."""
+    return {p.stem for p in BACKEND_CONF_DIR.glob("*.yaml")} | _registered_backends
+
+
+def _known_backend(column: pd.Series) -> pd.Series:
+    return column.isin(known_backends())
 
 
 def _nullable(dtype, *checks) -> pa.Column:
@@ -30,7 +47,8 @@ MeasurementSchema = pa.DataFrameSchema(
         **{p: _nullable("Int64", pa.Check.ge(0)) for p in SHAPE_PARAMS},
         "shape_id": pa.Column(str, pa.Check.str_length(1, 64)),
         "hardware": pa.Column(str, pa.Check.str_length(1, 128)),
-        "backend": pa.Column(str, pa.Check.isin(list(BACKENDS))),
+        "backend": pa.Column(str, pa.Check(_known_backend, error="backend: not a known backend (conf/collect/backend/, "
+                                                                 "import, or data.schema.register_backend)")),
         "status": pa.Column(str, pa.Check.isin(list(STATUSES))),
         "error": _nullable(str),
         "runtime_ms": _nullable(float, pa.Check.gt(0)),

@@ -1,7 +1,9 @@
 """Feature stage: turn workload descriptions (+ hardware names) into model inputs.
 
-Encodings, one place to get them: ``features.get_encoder("tabular" | "graph" | "tokens", ...)``
-(see ``features/encoders.py``); MLIR export, parsing and workload recognition in ``features/mlir``.
+Encoders satisfy ``features.encoders.Encoder`` (``transform(rows) -> X``, ``unit`` kernel | network) and are built
+from ``conf/encoder/<name>.yaml`` by ``features.encoders.build_encoder``; ``features.get_encoder("tabular" | "graph" |
+"tokens", ...)`` gives the three built-in encodings by name. MLIR export, parsing and workload recognition in
+``features/mlir``; the public datasets' extra features in ``features/public_data.py``.
 """
 
 

@@ -32,13 +32,24 @@ encodings are computed from that one structure, so layer chains and MLIR modules
   groups padded with ``<pad>`` (for a layer chain: one vector per layer). Unknown ops map to
   ``<dialect>.*`` (or ``<unk>``); the vocabulary is ``features/mlir_vocab.json`` (built by
   :func:`build_vocab`, committed; a test checks that the file and the code agree).
+
+**The Encoder protocol** (:class:`Encoder`): what the training path (``pipelines.experiment``) and the served model
+(``models.pyfunc``) ask of an encoding: ``transform(rows) -> X`` for a model's ``fit`` / ``predict``, and ``unit``:
+``"kernel"`` (one row = one workload, op + shape; an MLIR row is lowered to its kernels first and their costs are
+combined per the target's rule) or ``"network"`` (one row = one MLIR module, encoded whole). An encoder is one file
+and one config, ``conf/encoder/<name>.yaml`` (``_target_`` + options); :func:`build_encoder` builds it from that
+config (the hardware registry is passed to a constructor that takes ``registry``), and the served model stores the
+same config in its meta. ``features.tabular.TabularFeaturizer`` / ``PowerFeaturizer`` are kernel encoders as they are.
 """
 from __future__ import annotations
 
 import functools
+import importlib
+import inspect
 import json
 import math
 from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -129,12 +140,82 @@ def hardware_vector(spec: HardwareSpec | None, dtype: str = "float32") -> np.nda
                     np.float32)
 
 
+# --------------------------------------------------------------------------- the protocol
+@runtime_checkable
+class Encoder(Protocol):
+    """Rows (a DataFrame of workload or network descriptions) -> a model's ``X``; see the module docstring.
+
+    Optional attribute ``unit``: ``"kernel"`` (default) or ``"network"``."""
+
+    def transform(self, rows: pd.DataFrame) -> Any: ...
+
+
+def encoder_unit(encoder) -> str:
+    """``"kernel"`` or ``"network"`` (an encoder without a ``unit`` attribute encodes kernels)."""
+    return getattr(encoder, "unit", "kernel")
+
+
+def build_encoder(spec: Mapping, registry: HardwareRegistry | None = None, **context) -> Encoder:
+    """The encoder a config describes: ``{"_target_": "module.Class", **options}`` (``conf/encoder/<name>.yaml``).
+
+    ``registry`` and ``context`` (e.g. ``layers=``) go to the constructor only where it takes them."""
+    spec = dict(spec)
+    target = spec.pop("_target_", None)
+    if not isinstance(target, str) or "." not in target:
+        raise FeatureError(f"an encoder config needs _target_: module.Class, got {target!r}")
+    module, _, name = target.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    params = inspect.signature(cls).parameters
+    given = {k: v for k, v in {"registry": registry, **context}.items() if k in params and k not in spec}
+    encoder = cls(**spec, **given)
+    if not isinstance(encoder, Encoder):
+        raise FeatureError(f"{target} is not an encoder (it needs transform(rows))")
+    return encoder
+
+
+def network_rows(model_input, registry: HardwareRegistry | None = None,
+                 trained_hardware: list[str] | None = None) -> tuple[list[dict], list[str | None]]:
+    """Rows of ``mlir`` + ``hardware`` (+ ``dtype``, default float32) checked one by one: the one path of network
+    inputs (training and serving). Returns the records and the resolved hardware id per row (``None`` without a
+    registry). With ``trained_hardware``, other hardware is refused. Bad input raises ``FeatureError`` naming the row."""
+    from data.workloads import DTYPES
+
+    df = pd.DataFrame(model_input).reset_index(drop=True)
+    missing = [c for c in ("mlir", "hardware") if c not in df.columns]
+    if missing:
+        raise FeatureError(f"networks lack column(s) {', '.join(missing)} (give mlir module text + hardware)")
+    if df.empty:
+        raise FeatureError("no networks given")
+    records, hardware = [], []
+    for i, row in enumerate(df.to_dict("records")):
+        where = f"row {i}"
+        text, dtype = row["mlir"], row.get("dtype")
+        row["dtype"] = dtype if isinstance(dtype, str) else "float32"
+        if not isinstance(text, str) or not text.strip():
+            raise FeatureError(f"{where}: empty mlir (give the network's MLIR module text)")
+        hw = None
+        if registry is not None:
+            try:
+                hw = registry.resolve(row["hardware"])
+            except KeyError as exc:  # UnknownHardwareError: the registry's one line
+                raise FeatureError(f"{where}: {exc}") from None
+            if trained_hardware and hw not in trained_hardware:
+                raise FeatureError(f"{where}: hardware {hw!r} is not among the hardware this network model was "
+                                   f"trained on ({', '.join(trained_hardware)})")
+        if row["dtype"] not in DTYPES:
+            raise FeatureError(f"{where}: unknown dtype {row['dtype']!r}; known dtypes: {', '.join(DTYPES)}")
+        records.append(row)
+        hardware.append(hw)
+    return records, hardware
+
+
 # --------------------------------------------------------------------------- tabular
 class TabularEncoder:
     """Tabular features + MLIR op histogram. MLIR comes from an ``mlir`` text column or, with a store,
     from ``mlir_sha256``; rows without either keep the plain tabular features and a zero histogram."""
 
     name = "tabular"
+    unit = "kernel"
 
     def __init__(self, registry: HardwareRegistry, store=None):
         self.tabular = TabularFeaturizer(registry)
@@ -223,11 +304,18 @@ class GraphEncoder:
     into their consumer)."""
 
     name = "graph"
+    unit = "network"
 
     def __init__(self, registry: HardwareRegistry | None = None, op_names: bool = True, fusion: bool = False):
         self.registry = registry
         self.op_names = bool(op_names)
         self.fusion = bool(fusion)
+
+    def transform(self, rows) -> list:
+        """One graph per row of ``mlir`` + ``hardware`` (+ ``dtype``): :func:`network_rows`, then :meth:`encode`."""
+        records, _ = network_rows(rows, self.registry)
+        return [self.encode(r["mlir"], hardware=r["hardware"], dtype=r["dtype"], where=f"row {i}")
+                for i, r in enumerate(records)]
 
     @property
     def n_features(self) -> int:
@@ -321,9 +409,15 @@ class TokenEncoder:
     """MLIR-aware tokenizer over the saved vocabulary: ``{"ids": LongTensor[T], "per_node": LongTensor[N, WIDTH]}``."""
 
     name = "tokens"
+    unit = "network"
 
     def __init__(self, vocab_path: str | Path = VOCAB_PATH):
         self.vocab = load_vocab(str(vocab_path))
+
+    def transform(self, rows) -> list:
+        """One token encoding per row of ``mlir`` (+ ``hardware``, which the tokens do not see)."""
+        records, _ = network_rows(rows)
+        return [self.encode(r["mlir"], where=f"row {i}") for i, r in enumerate(records)]
 
     def tokens(self, source, where: str = "input") -> list[list[str]]:
         return [op_tokens(n) for n in to_graph(source, where).nodes]

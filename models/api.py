@@ -31,14 +31,20 @@ class CostModelClient:
 
     @property
     def target(self) -> str:
-        return self.meta.get("target", "runtime_ms")
+        """The target's name (``runtime_ms``, ``peak_mem_bytes``, ``power``: see ``columns``)."""
+        return self.meta.get("target", {}).get("name", "runtime_ms")
+
+    @property
+    def columns(self) -> list[str]:
+        """The predicted columns (each with ``_lo`` / ``_hi``), e.g. runtime_ms, power_w, energy_j."""
+        return list(self.meta.get("target", {}).get("columns", [self.target]))
 
     @property
     def interval_level(self) -> float | None:
-        return self.meta.get("interval", {}).get("level")
+        return self.meta.get("level")
 
     def predict(self, workloads: pd.DataFrame | Iterable[Mapping] | Mapping) -> pd.DataFrame:
-        """Point prediction and interval per workload: ``<target>``, ``<target>_lo``, ``<target>_hi``."""
+        """Point prediction and interval per workload and column: ``<column>``, ``<column>_lo``, ``<column>_hi``."""
         from mlflow.exceptions import MlflowException
 
         from models.pyfunc import INPUT_ERROR_PREFIX

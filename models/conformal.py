@@ -116,11 +116,36 @@ def calibrate_targets(Y_true, Y_pred, transforms, level: float = 0.9) -> np.ndar
     return np.array([calibrate(Y_true[:, j], Y_pred[:, j], level, t) for j, t in enumerate(transforms)])
 
 
+def take(X, positions):
+    """Rows ``positions`` of a model input: a DataFrame (``iloc``), an array, or a list (graphs, token encodings)."""
+    if isinstance(X, (pd.DataFrame, pd.Series)):
+        return X.iloc[positions]
+    if isinstance(X, np.ndarray):
+        return X[positions]
+    return [X[i] for i in positions]
+
+
+def loo_coverage(y_true, y_pred, level: float) -> float:
+    """Held-out check of the split-conformal rule on the calibration fold itself: for each calibration point,
+    ``q`` from the *other* ones (:func:`calibrate`), and whether its own log error is within it. The interval served
+    uses ``q`` from all of them (one more point), so this is the rule's coverage with ``n - 1`` points, not an
+    in-sample figure (which would be >= level by construction)."""
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    if len(y_true) < 2:
+        return float("nan")
+    s = np.abs(np.log(y_true) - np.log(np.maximum(y_pred, 1e-12)))
+    keep = ~np.eye(len(s), dtype=bool)
+    return float(np.mean([s[i] <= calibrate(y_true[keep[i]], y_pred[keep[i]], level) for i in range(len(s))]))
+
+
 @dataclass
 class Calibrated:
     """A fitted :class:`~models.base.CostModel` (one or several targets) with split-conformal half-widths per target.
 
-    Built by :func:`fit_calibrated`; ``predict_interval(X)`` returns ``(pred, lo, hi)``, each shaped like ``predict``.
+    Built by :func:`fit_calibrated`. ``q[j]`` is target ``j``'s half-width, ``by_group[j]`` its per-group ones
+    (Mondrian, e.g. per hardware; empty without groups); ``predict_interval(X, groups)`` returns
+    ``(pred, lo, hi)``, each shaped like ``predict``. ``y_cal`` / ``p_cal`` are the calibration scores' inputs
+    (targets and out-of-fit predictions, ``[n, T]``).
     """
     model: object
     q: np.ndarray            # one half-width per target
@@ -129,41 +154,83 @@ class Calibrated:
     upper: list
     level: float
     n_calibration: int
+    by_group: list[dict[str, float]] = None
+    y_cal: np.ndarray | None = None
+    p_cal: np.ndarray | None = None
 
-    def predict_interval(self, X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        pred = np.asarray(self.model.predict(X), float)
+    def halfwidths(self, groups, n: int) -> np.ndarray:
+        """``[n, T]`` per-row half-widths: the row's group's own where calibrated, else the global one."""
+        if groups is None or not self.by_group:
+            return np.tile(self.q, (n, 1))
+        return np.column_stack([halfwidths(groups, q, g) for q, g in zip(self.q, self.by_group)])
+
+    def interval(self, pred, groups=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)`` around given predictions (``[n]`` or ``[n, T]``)."""
+        pred = np.asarray(pred, float)
         P = pred.reshape(len(pred), -1)
-        ends = [bounded_interval(P[:, j], self.q[j], t, lo, hi)
+        Q = self.halfwidths(groups, len(P))
+        ends = [bounded_interval(P[:, j], Q[:, j], t, lo, hi)
                 for j, (t, lo, hi) in enumerate(zip(self.transforms, self.lower, self.upper))]
         lo, hi = np.column_stack([e[0] for e in ends]), np.column_stack([e[1] for e in ends])
-        return (pred, lo, hi) if pred.ndim == 2 else (pred, lo[:, 0], hi[:, 0])
+        return (lo, hi) if pred.ndim == 2 else (lo[:, 0], hi[:, 0])
 
-    def coverage(self, X, y) -> np.ndarray:
+    def predict_interval(self, X, groups=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pred = np.asarray(self.model.predict(X), float)
+        return (pred, *self.interval(pred, groups))
+
+    def coverage(self, X, y, groups=None) -> np.ndarray:
         """Empirical coverage of the nominal ``level`` interval per target on rows ``(X, y)``."""
-        _, lo, hi = self.predict_interval(X)
-        Y, lo, hi = (np.asarray(a, float).reshape(len(X), -1) for a in (y, lo, hi))
+        _, lo, hi = self.predict_interval(X, groups)
+        Y, lo, hi = (np.asarray(a, float).reshape(len(y), -1) for a in (y, lo, hi))
         return np.array([coverage(Y[:, j], lo[:, j], hi[:, j]) for j in range(Y.shape[1])])
 
 
-def fit_calibrated(model, X: pd.DataFrame, y, groups, calibration_size: float = 0.2, level: float = 0.9,
-                   seed: int = 0) -> Calibrated:
-    """Split conformal on a grouped calibration fold carved from the training rows ``(X, y)``.
+def fit_calibrated(model, X, y, groups=None, calibration_size: float = 0.2, level: float = 0.9,
+                   seed: int = 0, *, by=None, folds=None, calibration=None) -> Calibrated:
+    """Fit a model and calibrate split-conformal half-widths per target on rows it never saw in fit: the one
+    calibration helper of every job.
 
-    A seeded ``calibration_size`` of the distinct ``groups`` (e.g. layer shapes, shape ids) is held back; ``model``
-    is fitted on the other rows and calibrated per target on the held-back ones, so no group is on both sides.
-    Transforms and bounds per target are read from the model's ``transform`` / ``lower`` / ``upper`` settings
-    (``models.tree``; models without them: log, unbounded).
+    ``model``: an unfitted :class:`~models.base.CostModel`, or a zero-argument factory of fresh ones (needed for
+    ``folds``). ``X`` / ``y``: the training rows (``y`` ``[n]`` or ``[n, T]``). Where the calibration scores come from:
+
+    * default (split conformal): a seeded ``calibration_size`` of the distinct ``groups`` (e.g. shape ids) is held
+      back; the model is fitted on the other rows and scored on the held-back ones, so no group is on both sides;
+    * ``calibration=(fit, cal)``: explicit positions (e.g. a per-family fold);
+    * ``folds=[(train, test), ...]`` over the rows (cross-conformal, Vovk 2015; Barber et al. 2021, "Predictive
+      inference with the jackknife+": worst-case coverage 1 - 2 alpha, near nominal in practice): the scores are the
+      out-of-fold errors of a fresh model per fold, and the model is fitted on every row. It spends no rows.
+
+    ``by``: a group per row (e.g. hardware id) for per-group half-widths where a group has at least
+    :func:`min_rows` calibration rows. Transforms and bounds per target are read from the model's ``transform`` /
+    ``lower`` / ``upper`` settings (``models.tree``; models without them: log, unbounded).
     """
+    from models.base import CostModel
     from models.splits import held_out_groups
     from models.tree import per_target
 
+    make = (lambda: model) if isinstance(model, CostModel) else model
     y = np.asarray(y, float)
-    fit_pos, cal_pos = held_out_groups(np.asarray(groups), calibration_size, seed)
-    model.fit(X.iloc[fit_pos], y[fit_pos])
+    by = None if by is None else np.asarray(by)
+    if folds is not None:
+        pred = None
+        for tr, te in folds:
+            p = np.asarray(make().fit(take(X, tr), y[tr]).predict(take(X, te)), float)
+            pred = np.full((len(y), *p.shape[1:]), np.nan) if pred is None else pred
+            pred[te] = p
+        fitted = make().fit(X, y)
+        cal_pos, P = np.arange(len(y)), pred
+    else:
+        fit_pos, cal_pos = calibration if calibration is not None else held_out_groups(
+            np.asarray(groups), calibration_size, seed)
+        fitted = make().fit(take(X, fit_pos), y[fit_pos])
+        P = np.asarray(fitted.predict(take(X, cal_pos)), float)
     n_t = 1 if y.ndim == 1 else y.shape[1]
-    transforms = per_target(getattr(model, "transform", "log"), n_t, "transform")
-    lower = per_target(getattr(model, "lower", None), n_t, "lower")
-    upper = per_target(getattr(model, "upper", None), n_t, "upper")
-    P = np.asarray(model.predict(X.iloc[cal_pos]), float).reshape(len(cal_pos), -1)
-    q = calibrate_targets(y[cal_pos].reshape(len(cal_pos), -1), P, transforms, level)
-    return Calibrated(model, q, transforms, lower, upper, level, len(cal_pos))
+    P = P.reshape(len(cal_pos), -1)
+    Y = y[cal_pos].reshape(len(cal_pos), -1)
+    transforms = per_target(getattr(fitted, "transform", "log"), n_t, "transform")
+    lower = per_target(getattr(fitted, "lower", None), n_t, "lower")
+    upper = per_target(getattr(fitted, "upper", None), n_t, "upper")
+    q = calibrate_targets(Y, P, transforms, level)
+    by_group = [calibrate_by_group(by[cal_pos], Y[:, j], P[:, j], level) if by is not None else {}
+                for j in range(n_t)]
+    return Calibrated(fitted, q, transforms, lower, upper, level, len(cal_pos), by_group, Y, P)

@@ -189,3 +189,85 @@ def error_cdf_plot(hardware, y_true, y_pred, title: str, path, symmetric: bool =
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --- power and energy (pipelines/power.py) ---------------------------------------------------------------
+POWER_COLUMNS = ("runtime_ms", "power_w", "energy_j")
+
+
+def noise_floor(rows: pd.DataFrame, targets=POWER_COLUMNS, by=("op", "dtype")) -> pd.DataFrame:
+    """Median over repeated configurations of |a - b| / mean(a, b) (in %), per group, for each target.
+
+    A configuration is (op, shape, dtype, hardware); only those measured exactly twice count (the H200 file's two
+    passes), so the floor is what a perfect model could not beat.
+    """
+    key = ["op", "shape_id", "dtype", "hardware"]
+    g = rows.groupby(key, sort=False)
+    pairs = rows[g[key[0]].transform("size").to_numpy() == 2]
+    agg = pairs.groupby(key, sort=False)[list(targets)].agg(["min", "max"])
+    rel = {t: 200 * (agg[(t, "max")] - agg[(t, "min")]) / (agg[(t, "max")] + agg[(t, "min")]) for t in targets}
+    rel = pd.DataFrame(rel).reset_index()
+    out = rel.groupby(list(by))[list(targets)].median() if by else rel[list(targets)].median().to_frame().T
+    return out.rename(columns=lambda t: f"noise_{t}")
+
+
+def metrics_table(rows: pd.DataFrame, pred: pd.DataFrame, by: list[str], targets=POWER_COLUMNS) -> pd.DataFrame:
+    """MedAPE / MAPE (%) per group for each target."""
+    recs = []
+    groups = rows.groupby(by, sort=True).indices if by else {"all": np.arange(len(rows))}
+    for key, idx in groups.items():
+        rec = dict(zip(by, key if isinstance(key, tuple) else (key,))) if by else {"scope": "all"}
+        rec["n"] = len(idx)
+        for t in targets:
+            m = regression_metrics(rows[t].to_numpy(float)[idx], pred[t].to_numpy(float)[idx])
+            rec[f"{t}_medape"], rec[f"{t}_mape"] = m["medape"], m["mape"]
+        recs.append(rec)
+    return pd.DataFrame(recs)
+
+
+def power_plots(rows: pd.DataFrame, pred: pd.DataFrame, name: str, directory) -> list:
+    """Parity (power and energy), error CDF (runtime, power, energy), power vs arithmetic intensity per dtype."""
+    files = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, t, unit in zip(axes, ("power_w", "energy_j"), ("W", "J per call")):
+        for op in sorted(rows["op"].unique()):
+            m = (rows["op"] == op).to_numpy()
+            ax.scatter(rows[t][m], pred[t][m], s=9, alpha=0.7, label=op)
+        lo, hi = float(min(rows[t].min(), pred[t].min())), float(max(rows[t].max(), pred[t].max()))
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {t} ({unit}), H200", ylabel=f"predicted {t}",
+               title=f"{name}: unseen shapes (out of fold)")
+    axes[0].legend(fontsize=7, markerscale=2)
+    fig.tight_layout()
+    files.append(directory / "oof_parity.png")
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for t in POWER_COLUMNS:
+        e = np.sort(np.abs(pred[t] - rows[t]) / rows[t] * 100)
+        ax.plot(e, np.arange(1, len(e) + 1) / len(e), label=t)
+    ax.set(xscale="symlog", xlabel="absolute percentage error (%)", ylabel="fraction of rows",
+           title=f"{name}: error CDF, unseen shapes")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    files.append(directory / "oof_error_cdf.png")
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+
+    intensity = rows["flops"] / rows["bytes"]
+    dtypes = sorted(rows["dtype"].unique())
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(4 * len(dtypes), 4), sharey=True, squeeze=False)
+    for ax, dt in zip(axes[0], dtypes):
+        m = (rows["dtype"] == dt).to_numpy()
+        ax.scatter(intensity[m] + 1e-3, rows["power_w"][m], s=10, alpha=0.7, label="measured")
+        ax.scatter(intensity[m] + 1e-3, pred["power_w"][m], s=10, alpha=0.7, marker="x", label=f"{name}")
+        ax.set(xscale="log", xlabel="arithmetic intensity (FLOP/byte)", title=dt)
+    axes[0][0].set_ylabel("average board power (W), H200")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    files.append(directory / "power_vs_intensity.png")
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+    return files

@@ -308,3 +308,47 @@ class GNNModel(CostModel):
         n_node, n_hw = json.loads((path / "dims.json").read_text())
         self._build(n_node, n_hw).load_state_dict(torch.load(path / "gnn.pt", weights_only=True))
         self.net_.eval()
+
+
+# --------------------------------------------------------------------------- analytic baselines over the same graphs
+def _graph_totals(X) -> tuple[np.ndarray, np.ndarray]:
+    """Per graph: the summed per-node roofline (ms) and the number of kernel nodes."""
+    X, _ = _check_graphs(X)
+    return (np.array([float(g.roofline_ms.sum()) for g in X]), np.array([float(g.kernel.sum()) for g in X]))
+
+
+class RooflineSumModel(CostModel):
+    """The analytic floor of a network: the sum over its graph's nodes of max(FLOPs / peak, bytes / bandwidth) on
+    the graph's hardware (``GraphEncoder``'s ``roofline_ms``). No learning: ``fit`` only checks its input."""
+
+    name = "roofline_sum"
+
+    def fit(self, X, y) -> "RooflineSumModel":
+        _check_graphs(X, y)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        return _graph_totals(X)[0]
+
+
+class RooflineFitModel(CostModel):
+    """``a * roofline_sum + b * kernel_count`` with (a, b) >= 0 fitted on the training networks (:func:`anchor_fit`):
+    the GNN's starting point, so the GNN's learned part is judged against it."""
+
+    name = "roofline_fit"
+
+    def fit(self, X, y) -> "RooflineFitModel":
+        X, y = _check_graphs(X, y)
+        self.coef_ = anchor_fit(*_graph_totals(X), y)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        roof, kernels = _graph_totals(X)
+        a, b = self.coef_
+        return a * roof + b * kernels
+
+    def _save_payload(self, path: Path) -> None:
+        (path / "coef.json").write_text(json.dumps(list(self.coef_)))
+
+    def _load_payload(self, path: Path) -> None:
+        self.coef_ = tuple(json.loads((path / "coef.json").read_text()))

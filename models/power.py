@@ -21,9 +21,10 @@ Models (all read the columns of ``features.tabular.PowerFeaturizer``):
   residual over the spec's board limit), prediction = TDP x exp(.): with one measured GPU every spec column is constant in training, so
   trees on absolute watts would give a 72 W L4 the H200's 600 W; a fraction of the board limit transfers.
 * ``residual``: XGBoost on ``log(actual / analytical)`` (``XGBoostModel(base_columns=<analytical column>)``);
-  prediction = analytical x exp(.).
+  prediction = analytical x exp(.);
+* ``hybrid``: the residual runtime model with the xgb power model.
 
-:class:`PowerSurrogate` pairs one runtime model with one power model (per-target), or holds ONE multi-target model
+:class:`PowerSurrogate` (a :class:`~models.base.CostModel`; ``conf/model/power_<kind>.yaml``) pairs one runtime model with one power model (per-target), or holds ONE multi-target model
 that predicts both (``joint``: :func:`make_joint_model`, ``models.tree`` with ``targets=[runtime_ms, power_w]``
 and the same per-target base columns as the per-target kinds: log(runtime), log(power / TDP) for ``xgb``,
 log(y / analytical y) for ``residual``); either way it bounds the predicted power to
@@ -78,15 +79,31 @@ def make_joint_model(kind: str, **params) -> CostModel:
     return XGBoostModel(targets=list(TARGETS), base_columns=list(JOINT_BASES[kind]), **params)
 
 
-class PowerSurrogate:
-    """Runtime + power models (or one ``joint`` model of both); ``predict`` returns runtime_ms, power_w, energy_j."""
+HYBRID = {"hybrid": ("residual", "xgb")}  # kind -> (runtime model kind, power model kind)
 
-    def __init__(self, name: str, runtime_model: CostModel | None = None, power_model: CostModel | None = None,
-                 power_cap: float = 1.12, joint: CostModel | None = None):
-        if (joint is None) == (runtime_model is None or power_model is None):
-            raise ValueError("PowerSurrogate needs either runtime_model and power_model, or one joint model")
-        self.name = name
-        self.models = {"joint": joint} if joint is not None else {"runtime_ms": runtime_model, "power_w": power_model}
+
+class PowerSurrogate(CostModel):
+    """Runtime + power models (or one ``joint`` model of both) of one ``kind``; predicts runtime_ms, power_w and
+    the derived energy_j.
+
+    ``kind``: ``analytical`` | ``xgb`` | ``residual`` | ``hybrid`` (= residual runtime + xgb power); ``xgb``: the
+    hyper-parameters of the learned models (``XGBoostModel``); ``multi_target``: ONE multi-target model of both
+    targets per learned kind (:func:`make_joint_model`) instead of one per target; ``power_cap``: predicted power
+    is bounded to ``[idle_power_w, power_cap * tdp_w]`` of the row's spec.
+
+    ``fit(X, y)``: ``y`` is ``[n, 2]`` (runtime_ms, power_w) or ``[n, 3]`` with energy_j third, which is not fitted
+    (it is derived). ``predict(X)``: a frame of runtime_ms, power_w, energy_j (``np.asarray`` gives ``[n, 3]``).
+    """
+
+    name = "power"
+    targets = ("runtime_ms", "power_w", DERIVED)
+
+    def __init__(self, kind: str = "xgb", xgb: dict | None = None, multi_target: bool = True, power_cap: float = 1.12):
+        if kind not in ("analytical", "xgb", "residual", *HYBRID):
+            raise ValueError(f"unknown power model kind {kind!r} (analytical, xgb, residual, hybrid)")
+        self.kind = kind
+        self.xgb = dict(xgb or {})
+        self.multi_target = bool(multi_target)
         self.power_cap = float(power_cap)
         self.last_bounded = 0
 
@@ -94,15 +111,29 @@ class PowerSurrogate:
     def joint(self) -> bool:
         return "joint" in self.models
 
-    def fit(self, X: pd.DataFrame, rows: pd.DataFrame) -> "PowerSurrogate":
+    def _build(self) -> dict[str, CostModel]:
+        rt_kind, pw_kind = HYBRID.get(self.kind, (self.kind, self.kind))
+        if self.multi_target and self.kind != "analytical":
+            return {"joint": make_joint_model(self.kind, **self.xgb)}
+        return {"runtime_ms": make_model(rt_kind, "runtime_ms", **({} if rt_kind == "analytical" else self.xgb)),
+                "power_w": make_model(pw_kind, "power_w", **({} if pw_kind == "analytical" else self.xgb))}
+
+    def fit(self, X: pd.DataFrame, y) -> "PowerSurrogate":
+        y = np.asarray(y.to_numpy() if isinstance(y, pd.DataFrame) else y, float)
+        if y.ndim != 2 or y.shape[1] not in (2, 3):
+            raise ValueError(f"PowerSurrogate.fit: y has shape {y.shape}; expected [n, 2] (runtime_ms, power_w) "
+                             "or [n, 3] (+ energy_j, derived)")
+        self.models = self._build()
         if self.joint:
-            self.models["joint"].fit(X, rows[list(TARGETS)].to_numpy(float))
+            self.models["joint"].fit(X, y[:, :2])
         else:
-            for target, model in self.models.items():
-                model.fit(X, rows[target].to_numpy(float))
+            self.models["runtime_ms"].fit(X, y[:, 0])
+            self.models["power_w"].fit(X, y[:, 1])
         return self
 
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        if not hasattr(self, "models"):
+            raise RuntimeError("PowerSurrogate is not fitted")
         if self.joint:
             both = np.asarray(self.models["joint"].predict(X), float)
             runtime, raw = both[:, 0], both[:, 1]
@@ -113,23 +144,24 @@ class PowerSurrogate:
         self.last_bounded = int(np.sum(power != raw))
         return pd.DataFrame({"runtime_ms": runtime, "power_w": power, DERIVED: derive_energy_j(power, runtime)})
 
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+    def _save_payload(self, path: Path) -> None:
         for key, model in self.models.items():
             model.save(path / key)
-        (path / "surrogate.json").write_text(json.dumps({"name": self.name, "targets": list(TARGETS), "power_cap": self.power_cap,
-                                                         "joint": self.joint,
+        (path / "surrogate.json").write_text(json.dumps({"members": list(self.models),
                                                          "derived": {DERIVED: "power_w * runtime_ms / 1000"}}))
-        return path
+
+    def _load_payload(self, path: Path) -> None:
+        members = json.loads((path / "surrogate.json").read_text())["members"]
+        self.models = {key: load_model(path / key) for key in members}
 
     @classmethod
-    def load(cls, path: str | Path) -> "PowerSurrogate":
+    def load_legacy(cls, path: str | Path) -> "PowerSurrogate":
+        """A surrogate saved before it was a CostModel (``surrogate.json`` with name, power_cap, joint)."""
         path = Path(path)
         meta = json.loads((path / "surrogate.json").read_text())
-        if meta.get("joint"):
-            return cls(meta["name"], power_cap=meta["power_cap"], joint=load_model(path / "joint"))
-        return cls(meta["name"], load_model(path / "runtime_ms"), load_model(path / "power_w"), meta["power_cap"])
+        model = cls(meta["name"], multi_target=bool(meta.get("joint")), power_cap=meta["power_cap"])
+        model.models = {k: load_model(path / k) for k in (["joint"] if meta.get("joint") else TARGETS)}
+        return model
 
 
 def derive_energy_j(power_w, runtime_ms):
@@ -141,3 +173,27 @@ def network_totals(runtime_ms, energy_j) -> dict[str, float]:
     """A network's runtime (sum), energy (sum) and power = energy / runtime (never a sum of powers)."""
     t, e = float(np.sum(runtime_ms)), float(np.sum(energy_j))
     return {"runtime_ms": t, "energy_j": e, "power_w": e / (t / 1e3)}
+
+
+def spec_only(model: PowerSurrogate, registry, hardware: list[str], q: dict[str, float]) -> pd.DataFrame:
+    """Predictions on GPUs with a spec sheet and no measured rows (from specs alone), with the global log-space
+    half-widths ``q[column]``. No labels exist for them: a demonstration that the specs move the predictions."""
+    from features.tabular import PowerFeaturizer
+
+    shapes = [dict(op="matmul", m=4096, n=4096, k=4096, dtype="float16"),
+              dict(op="matmul", m=1024, n=1024, k=1024, dtype="float32"),
+              dict(op="add", m=8192, n=8192, dtype="float16"),
+              dict(op="layernorm", m=4096, n=4096, dtype="bfloat16")]
+    frame = pd.DataFrame([{**s, "hardware": h} for h in hardware for s in shapes])
+    pred = model.predict(PowerFeaturizer(registry).transform(frame))
+    pred["bounded"] = model.last_bounded  # predictions the [idle, cap x TDP] bound changed (whole table)
+    for t in (*TARGETS, DERIVED):
+        pred[f"{t}_lo"], pred[f"{t}_hi"] = pred[t] * np.exp(-q[t]), pred[t] * np.exp(q[t])
+    specs = [registry.get(h) for h in frame["hardware"]]
+    return pd.concat([frame[["hardware", "op", "dtype"]].assign(shape=[_shape(s) for s in shapes] * len(hardware)),
+                      pred], axis=1).assign(idle_w=[s.idle_power_w for s in specs], tdp_w=[s.tdp_w for s in specs])
+
+
+def _shape(s: dict) -> str:
+    return "x".join(str(s[k]) for k in ("m", "n", "k") if k in s)
+

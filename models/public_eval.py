@@ -1,9 +1,11 @@
 """Evaluation protocols on the public datasets (NeuSight, Kernel Tuner, wa-hls4ml), independent of Hydra and MLflow.
 
-``pipelines/evaluate.py`` loads the rows, builds the model factories and calls one protocol; each protocol fits
-fresh models (``models[name](**overrides)`` returns an unfitted :class:`~models.base.CostModel`) on its splits and
-hands every (split, model) result to ``emit(split, model, metrics, rows, y, pred, seconds, extra=None,
-kind="runtime")``, which tracks it (MLflow there, a list in the tests).
+``pipelines/evaluate.py`` loads the rows, builds the model factories (``pipelines.experiment.build``) and calls one
+protocol; each protocol fits fresh models (``models[name](**overrides)`` returns an unfitted
+:class:`~models.base.CostModel`) on its splits and returns one record per (split, model) (:func:`record`: its
+metrics per scope, the rows it scored with their truth and predictions), which the entry point logs under the
+one metric-key scheme ``<split>/<scope>/<metric>`` (a multi-target record names its targets' metrics
+``<target>.<metric>``).
 
 * **neusight**: features = workload shape + hardware spec sheet only (``features.tabular``; never the ``meta``
   columns observed by running). Splits: leave-one-GPU-out over the measured GPUs (train on 4, test on the 5th,
@@ -41,7 +43,7 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS, family as op_family
-from features.tabular import TabularFeaturizer
+from features.public_data import DESCRIBE, config_frame, fpga_features, spec_features
 from models.classify import FeasibilityClassifier
 from models.conformal import fit_calibrated
 from models.evaluate import (few_shot_scaled_error, oracle_scaled_error, ranking_metrics, regression_metrics,
@@ -49,47 +51,15 @@ from models.evaluate import (few_shot_scaled_error, oracle_scaled_error, ranking
 from models.splits import (few_shot_transfer, held_out_groups, held_out_layer_shapes, held_out_precision,
                            held_out_shapes, leave_one_group_out)
 
-DESCRIBE = ["op", "hardware", "dtype", *SHAPE_PARAMS]
 FPGA_TARGETS = ("lut", "ff", "dsp", "bram_18k", "latency_cycles")
 
 
-# --- features ---------------------------------------------------------------------------------------------
-
-def spec_features(rows: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFrame:
-    """``TabularFeaturizer`` features (shape + hardware spec), computed once per distinct description row."""
-    desc = rows[[c for c in DESCRIBE if c in rows.columns]].copy()
-    key = pd.util.hash_pandas_object(desc, index=False)  # 64-bit row hash (NaN-safe)
-    first = ~key.duplicated()
-    X_unique = TabularFeaturizer(registry).transform(desc[first.to_numpy()].reset_index(drop=True))
-    X_unique.index = key[first.to_numpy()].to_numpy()
-    return X_unique.loc[key.to_numpy()].reset_index(drop=True)
-
-
-def config_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """The ``config`` JSON column expanded to numeric ``cfg_<name>`` columns (strings -> category codes)."""
-    cfg = pd.DataFrame([json.loads(c) if isinstance(c, str) else {} for c in rows["config"]])
-    out = pd.DataFrame(index=range(len(rows)))
-    for col in sorted(cfg.columns):
-        values = pd.to_numeric(cfg[col], errors="coerce")
-        if values.isna().any():  # non-numeric tunable or strategy name: a stable category code
-            values = cfg[col].astype("category").cat.codes.astype(float)
-        out[f"cfg_{col}"] = values.to_numpy(float)
-    return out
-
-
-
-def fpga_features(rows: pd.DataFrame) -> pd.DataFrame:
-    """Layer (d_in = k, d_out = n), precision bits, reuse factor, strategy and derived products (log2)."""
-    cfg = config_frame(rows)
-    k, n = rows["k"].to_numpy(float), rows["n"].to_numpy(float)
-    bits, rf = cfg["cfg_precision_bits"].to_numpy(float), cfg["cfg_reuse_factor"].to_numpy(float)
-    strategy = np.array([json.loads(c)["strategy"] == "resource" for c in rows["config"]], float)
-    return pd.DataFrame({"d_in": k, "d_out": n, "precision_bits": bits, "reuse_factor": rf,
-                         "strategy_resource": strategy, "log2_weights": np.log2(k * n),
-                         "log2_weight_bits": np.log2(k * n * bits), "log2_mults_per_cycle": np.log2(k * n / rf),
-                         "log2_reuse_factor": np.log2(rf)})
-
-
+def record(split: str, model: str, metrics: dict, rows: pd.DataFrame, y, pred, seconds: float, extra=None,
+           kind: str = "runtime") -> dict:
+    """One (split, model) result: ``metrics[scope][metric]``, the scored ``rows`` with truth ``y`` and ``pred``,
+    ``kind`` (runtime | resource | classify: how it is plotted), ``extra`` tables to keep beside it."""
+    return {"split": split, "model": model, "metrics": metrics, "rows": rows, "y": y, "pred": pred,
+            "seconds": seconds, "extra": extra or {}, "kind": kind}
 
 
 # --- NeuSight ---------------------------------------------------------------------------------------------
@@ -124,7 +94,7 @@ def _neusight_metrics(ok: pd.DataFrame, y, pred, oracle: bool = False) -> dict:
     return out
 
 
-def evaluate_neusight(ds, seed: int, rows, registry, models: dict, emit, out_dir) -> list[dict]:
+def evaluate_neusight(ds, seed: int, rows, registry, models: dict, out_dir) -> list[dict]:
     """NeuSight protocol: leave-one-GPU-out, held-out shapes, then spec-only GPUs (predictions, no labels)."""
     ok = rows[rows["status"] == "ok"]
     n_all = len(ok)
@@ -143,13 +113,13 @@ def evaluate_neusight(ds, seed: int, rows, registry, models: dict, emit, out_dir
         for _, tr, te in leave_one_group_out(ok, "hardware"):
             pred[te] = make().fit(X.iloc[tr], y[tr]).predict(X.iloc[te])
         # oracle=True: the anatomy of the unseen-GPU error (what one perfect factor per GPU would leave)
-        results.append(emit("leave_one_gpu_out", name, _neusight_metrics(ok, y, pred, oracle=True), ok, y, pred,
+        results.append(record("leave_one_gpu_out", name, _neusight_metrics(ok, y, pred, oracle=True), ok, y, pred,
                             time.perf_counter() - t0))
         # held-out shapes: whole (op, shape) configurations held out on every GPU at once
         t0 = time.perf_counter()
         p = make().fit(X.iloc[tr_s], y[tr_s]).predict(X.iloc[te_s])
         sub = ok.iloc[te_s].reset_index(drop=True)
-        results.append(emit("held_out_shapes", name, _neusight_metrics(sub, y[te_s], p), sub, y[te_s], p,
+        results.append(record("held_out_shapes", name, _neusight_metrics(sub, y[te_s], p), sub, y[te_s], p,
                             time.perf_counter() - t0))
     # spec-only GPUs: no rows exist, so these are predictions without labels
     spec_only = [registry.resolve(h) for h in ds.spec_only]
@@ -181,7 +151,7 @@ def evaluate_neusight(ds, seed: int, rows, registry, models: dict, emit, out_dir
 
 
 
-def evaluate_kerneltuner(ds, seed: int, rows, registry, models: dict, emit, out_dir=None) -> list[dict]:
+def evaluate_kerneltuner(ds, seed: int, rows, registry, models: dict, out_dir=None) -> list[dict]:
     """Kernel Tuner protocol: per-GPU 80/20 and 10% few-shot transfer (with / without the other GPUs); ranking."""
     ok = rows[rows["status"] == "ok"]
     print(f"kerneltuner: {len(ok)} ok configs, {int((rows['status'] == 'error').sum())} failed (dropped)")
@@ -241,7 +211,7 @@ def evaluate_kerneltuner(ds, seed: int, rows, registry, models: dict, emit, out_
             for key in ["kendall_tau", *(f"top{k}_slowdown" for k in ds.topk)]:
                 metrics["all"][f"mean_gpu_{key}"] = float(np.mean([m[key] for m in per]))
             sub = ok[done].reset_index(drop=True)
-            results.append(emit(split, name, metrics, sub, y[done], pred[done], time.perf_counter() - t0,
+            results.append(record(split, name, metrics, sub, y[done], pred[done], time.perf_counter() - t0,
                                 extra={"noise_floor.csv": noise}))
     return results
 
@@ -262,7 +232,7 @@ def layer_shape_groups(rows: pd.DataFrame) -> np.ndarray:
     return (rows["k"].astype(int).astype(str) + "x" + rows["n"].astype(int).astype(str)).to_numpy()
 
 
-def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, emit, out_dir=None) -> list[dict]:
+def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, out_dir=None) -> list[dict]:
     """wa-hls4ml protocol: feasibility classifier, then one multi-target model per (split, model) with intervals."""
     rows = rows.reset_index(drop=True)
     rows = rows.assign(precision_bits=[json.loads(c)["precision_bits"] for c in rows["config"]])
@@ -287,7 +257,7 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, emit, out_di
         fm = {"all": {"n": float(len(te)), "accuracy": float(accuracy_score(ok_mask[te], p_ok)),
                       "balanced_accuracy": float(balanced_accuracy_score(ok_mask[te], p_ok)),
                       "test_ok_fraction": float(ok_mask[te].mean())}}
-        results.append(emit(split, "feasibility_rf", fm, rows.iloc[te].reset_index(drop=True),
+        results.append(record(split, "feasibility_rf", fm, rows.iloc[te].reset_index(drop=True),
                             ok_mask[te].astype(float), p_ok.astype(float), 0.0, kind="classify"))
         tr_ok, te_ok = tr[ok_mask[tr]], te[ok_mask[te]]
         for name, make in models.items():
@@ -300,49 +270,19 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, emit, out_di
                                  level, seed)
             P, lo, hi = cal.predict_interval(X_all.iloc[te_ok])
             cover = cal.coverage(X_all.iloc[te_ok], Y[te_ok])
-            metrics, frames = {}, []
+            per_target, frames = {}, []
             for j, t in enumerate(targets):
-                metrics[t] = resource_metrics(Y[te_ok, j], P[:, j]) | {"coverage90": float(cover[j]),
-                                                                       "halfwidth": float(cal.q[j])}
+                per_target[t] = resource_metrics(Y[te_ok, j], P[:, j]) | {"coverage90": float(cover[j]),
+                                                                          "halfwidth": float(cal.q[j])}
                 frames.append(pd.DataFrame({"target": t, "y": Y[te_ok, j], "pred": P[:, j], "lo": lo[:, j], "hi": hi[:, j]}))
             frame = pd.concat(frames, ignore_index=True)
-            metrics["all"] = {"n": float(len(te_ok)), "n_calibration": float(cal.n_calibration),
-                              "mean_smape": float(np.mean([metrics[t]["smape"] for t in targets])),
-                              "mean_coverage90": float(np.mean(cover))}
-            results.append(emit(split, name, metrics, frame.rename(columns={"target": "group"}), None, None,
+            metrics = {"all": {"n": float(len(te_ok)), "n_calibration": float(cal.n_calibration),
+                               "mean_smape": float(np.mean([per_target[t]["smape"] for t in targets])),
+                               "mean_coverage90": float(np.mean(cover)),
+                               **{f"{t}.{k}": v for t, m in per_target.items() for k, v in m.items()}}}
+            results.append(record(split, name, metrics, frame.rename(columns={"target": "group"}), None, None,
                                 time.perf_counter() - t0, kind="resource"))
     return results
 
 
 PROTOCOLS = {"neusight": evaluate_neusight, "kerneltuner": evaluate_kerneltuner, "wa_hls4ml": evaluate_wa_hls4ml}
-
-
-# --- summary ----------------------------------------------------------------------------------------------
-
-SUMMARY = {"neusight": ["n", "mape", "medape", "smape", "r2_log", "group_kendall_tau", "oracle_gpu_scale_medape",
-                        "oracle_op_gpu_scale_medape", "few_shot_10_medape", "few_shot_100_medape"],
-           "kerneltuner": ["n", "mape", "kendall_tau", "top1_slowdown", "top5_slowdown", "top10_slowdown"],
-           "resource": ["n", "r2", "r2_log1p", "smape", "mape", "coverage90"],
-           "classify": ["n", "accuracy", "balanced_accuracy", "test_ok_fraction"]}
-
-
-def summary_table(results: list[dict]) -> str:
-    """Markdown: one line per (split, model, scope)."""
-    lines = []
-    for r in results:
-        if "metrics" not in r:
-            continue
-        for scope, m in r["metrics"].items():
-            if r["dataset"] == "wa_hls4ml":
-                cols = SUMMARY["classify"] if r["model"].startswith("feasibility") else SUMMARY["resource"]
-                if scope == "all" and not r["model"].startswith("feasibility"):
-                    continue
-            elif r["dataset"] == "kerneltuner":
-                cols = SUMMARY["kerneltuner"] if scope != "all" else ["n", "mape", "mean_gpu_kendall_tau",
-                                                                      "mean_gpu_top1_slowdown", "mean_gpu_top5_slowdown",
-                                                                      "mean_gpu_top10_slowdown"]
-            else:
-                cols = SUMMARY["neusight"]
-            vals = ", ".join(f"{c}={m[c]:.4g}" for c in cols if c in m)
-            lines.append(f"| {r['split']} | {r['model']} | {scope} | {vals} |")
-    return "| split | model | scope | metrics |\n|---|---|---|---|\n" + "\n".join(lines)

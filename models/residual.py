@@ -6,8 +6,7 @@
 ``roofline(x)`` is a feature column (default ``roofline_ms`` = max(FLOPs / peak[dtype], bytes / bandwidth),
 ``features.tabular.roofline_s``), so the learned part only has to model the achieved fraction of the
 bound (launch overhead, tile and wave quantisation, cache effects), a dimensionless quantity that varies far
-less across GPUs and shapes than the runtime itself. This is the "learned residual on top of the roofline"
-option of issue #8.
+less across GPUs and shapes than the runtime itself: a learned residual on top of the roofline.
 
 The base model is one of the project's tree models, used only through its public 1-D interface
 (``fit(X, y)`` with positive ``y``; ``predict(X)``): it fits log(target), so it is given the positive ratio

@@ -11,10 +11,15 @@ list of ``(label, train, test)`` folds whose test parts are pooled:
 * ``held_out_shapes``: as above, one fold;
 * ``held_out_family``: leave one op family out (``family`` column: gemm, conv, norm, softmax, elementwise, ...),
   each family once: a model scored on an op family it has never seen;
-* ``leave_one_hardware_out``: each hardware id once: train on the others, test on it (spec-only transfer).
+* ``leave_one_hardware_out``: each hardware id once: train on the others, test on it (spec-only transfer);
+* ``held_out_shapes_kfold``: k folds of whole shapes (``folds`` option): every row predicted once, out of fold.
+
+Whole networks (``pipelines.networks``) are split by :func:`architecture_folds`: each network family held out
+(``held_out_<family>``), groups of families at once, and networks deeper than any in training (``deeper``).
 
 :data:`SPLITS` gives the one ``(train, test)`` split a ``split=`` choice means for the registered model: for
-the two grouped families a seeded fraction of whole families / hardware ids (at least one).
+the two grouped families a seeded fraction of whole families / hardware ids (at least one); ``stratified_op``
+a seeded fraction of each op's rows (whole networks: each architecture family keeps rows on both sides).
 """
 from __future__ import annotations
 
@@ -46,31 +51,80 @@ def held_out_hardware(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0)
     return held_out_groups(rows["hardware"].to_numpy(), test_size, seed)
 
 
+def stratified_fold(groups, size: float, seed: int) -> np.ndarray:
+    """Boolean mask: ``round(size * n)`` of each group's ``n`` rows (at least one, and at least one left when the
+    group has two or more), drawn with a seeded generator."""
+    groups = np.asarray(groups)
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(len(groups), bool)
+    for g in sorted(set(groups)):
+        idx = np.flatnonzero(groups == g)
+        k = min(max(1, round(size * len(idx))), max(1, len(idx) - 1))
+        mask[rng.choice(idx, size=k, replace=False)] = True
+    return mask
+
+
+def stratified_op(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded fraction of each op's rows (:func:`stratified_fold` over ``op``): for whole networks, every
+    architecture family has networks on both sides."""
+    test = stratified_fold(rows["op"].to_numpy(), test_size, seed)
+    return np.flatnonzero(~test), np.flatnonzero(test)
+
+
 SPLITS = {"held_out_shapes": held_out_shapes, "random": random_rows, "held_out_family": held_out_family,
-          "leave_one_hardware_out": held_out_hardware}
+          "leave_one_hardware_out": held_out_hardware, "stratified_op": stratified_op}
+
+Folds = list[tuple[str, np.ndarray, np.ndarray]]
 
 
 def _one_fold(split):
-    def folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    def folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0, **_) -> Folds:
         return [("all", *split(rows, test_size, seed))]
     return folds
 
 
-def family_folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def family_folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0, **_) -> Folds:
     """Leave one op family out, each family once (``test_size`` and ``seed`` unused)."""
     return list(leave_one_group_out(rows, "family"))
 
 
-def hardware_folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def hardware_folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0, **_) -> Folds:
     """Leave one hardware id out, each hardware once (``test_size`` and ``seed`` unused)."""
     return list(leave_one_group_out(rows, "hardware"))
 
 
+def shape_kfolds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0, folds: int = 5, **_) -> Folds:
+    """``folds`` folds of whole shapes (:func:`grouped_kfold`; ``test_size`` unused)."""
+    return [(str(i), tr, te) for i, (tr, te) in enumerate(grouped_kfold(rows, int(folds), seed))]
+
+
 FOLDS = {"random": _one_fold(random_rows), "held_out_shapes": _one_fold(held_out_shapes),
-         "held_out_family": family_folds, "leave_one_hardware_out": hardware_folds}
+         "held_out_family": family_folds, "leave_one_hardware_out": hardware_folds,
+         "held_out_shapes_kfold": shape_kfolds}
 
 
-# --- power surrogate (pipelines/power.py): cross-validated variants of the same grouping rule ---------------
+def architecture_folds(rows: pd.DataFrame, held_out_architecture: bool = True, held_out_groups=None,
+                       deeper_than: int | None = None, **_) -> dict[str, Folds]:
+    """Whole networks (``op`` = the architecture family, ``depth``): ``held_out_<family>`` (train on the other
+    families, test on this one), ``held_out_<group>`` (several families at once, e.g. ``conv`` = cnn + resnet; a
+    group equal to a single family's split is left out), ``deeper`` (train on depth <= ``deeper_than``)."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if held_out_architecture:
+        for fam in sorted(rows["op"].unique()):
+            test = (rows["op"] == fam).to_numpy()
+            out[f"held_out_{fam}"] = (~test, test)
+    for group, fams in (held_out_groups or {}).items():
+        test = rows["op"].isin(list(fams)).to_numpy()
+        if test.any() and (~test).any() and not any((test == t).all() for _, t in out.values()):
+            out[f"held_out_{group}"] = (~test, test)
+    if deeper_than is not None:
+        test = (rows["depth"] > deeper_than).to_numpy()
+        if test.any() and (~test).any():
+            out["deeper"] = (~test, test)
+    return {name: [("all", np.flatnonzero(tr), np.flatnonzero(te))] for name, (tr, te) in out.items()}
+
+
+# --- cross-validated variants of the same grouping rule (power surrogate, cross-conformal calibration) --------
 def grouped_kfold(rows: pd.DataFrame, n_splits: int = 5, seed: int = 0):
     """Yield ``(train, test)`` positions over ``n_splits`` folds of whole shapes (``shape_id``), shuffled by ``seed``.
 

@@ -10,7 +10,7 @@ exp(.), shape ``(n,)``.
 target; splits minimise the summed squared error, so each transformed target is standardised to unit variance
 first and no target dominates by scale). XGBoost: native multi-output (``multi_strategy``:
 ``one_output_per_tree``, one tree per target per round inside one booster, the default; ``multi_output_tree``
-grows vector-leaf trees); see README "Multi-target tabular models" for the measured choice.
+grows vector-leaf trees); ``benchmarks/multi_target.py`` measures the choice.
 
 Per target ``j`` (lists, one entry per target; a scalar applies to every target):
 

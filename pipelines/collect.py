@@ -22,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from data.engine import make_engine, run_sweep
+from data.schema import register_backend
 from data.store import ShardedDataset
 from data.sweep import make_sweep
 
@@ -46,6 +47,7 @@ def engine_from_config(cfg: DictConfig):
 def collect(cfg: DictConfig) -> dict:
     """Compose backend + workloads + engine, run the sweep into the dataset directory; returns counts."""
     backend = instantiate(cfg.backend)
+    register_backend(backend.name)  # a backend config from another search-path folder is valid in its rows too
     workloads = sweep_workloads(cfg)
     dataset = ShardedDataset(cfg.paths.dataset_dir)
     _save_hardware_spec(backend.hardware, dataset.path)

@@ -1,4 +1,5 @@
-"""MLflow tracking and registry: one run per model, artifacts, and the ``champion`` alias lifecycle.
+"""MLflow tracking and registry: it only logs and registers. One run per model (:func:`log_run`: params, metrics
+``<split>/<scope>/<metric>``, ``eval/`` files, the served pyfunc), and the ``champion`` alias lifecycle.
 
 Registry lifecycle (:func:`register`): every training run registers its best model as a new version;
 the version carries its held-out metrics (``test_<metric>``) and the identity of the held-out split
@@ -34,8 +35,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from models.base import CostModel
-from models.evaluate import error_cdf_plot, parity_plot, regression_metrics
-from models.pyfunc import CostModelPyfunc, code_paths, save_artifacts, signature
+from models.evaluate import regression_metrics
 
 # direction of each selectable held-out metric
 LOWER_IS_BETTER = {"mape": True, "medape": True, "r2_log": False, "kendall_tau": False}
@@ -84,47 +84,100 @@ def pip_requirements() -> list[str]:
     return [r for r in reqs if "extra ==" not in r]
 
 
-def _metric_key(*parts: str) -> str:
-    return "/".join(re.sub(r"[^A-Za-z0-9_\-. :]", "_", p) for p in parts)
+def machine() -> str:
+    """Where a run ran: CPU model, cores, OS (the ``machine`` tag; the results page quotes it)."""
+    import os
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+            f"python {platform.python_version()}")
 
 
-def log_model_run(*, name: str, model: CostModel, metrics: dict[str, dict[str, float]], params: dict[str, str],
-                  test_frame: pd.DataFrame, target: str, registry, input_example: pd.DataFrame,
-                  dataset: pd.DataFrame, dataset_source: str, dataset_digest: str, fit_seconds: float,
-                  interval: dict[str, float], split: dict[str, str], python_model=None, model_signature=None,
-                  extra_meta: dict | None = None) -> str:
-    """Log one model's run (params, metrics, plots, held-out predictions, pyfunc); returns the model URI.
+def _metric_key(key: str) -> str:
+    return "/".join(re.sub(r"[^A-Za-z0-9_\-. :]", "_", p) for p in key.split("/"))
 
-    ``interval`` is ``{"level", "log_halfwidth", "by_hardware", "n"}`` from the conformal calibration; ``split`` the
-    held-out split identity (:func:`split_identity`), logged as tags. ``python_model`` / ``model_signature`` /
-    ``extra_meta`` default to the tabular pyfunc (whole-network models pass :class:`~models.pyfunc.NetworkPyfunc`).
-    """
-    with mlflow.start_run(run_name=name) as run, tempfile.TemporaryDirectory() as tmp:
+
+def sweep_trial_tags(name: str) -> dict[str, str]:
+    """In a Hydra multirun (e.g. ``-m hparams_search=xgb_optuna``): tags naming the trial (number, sweep folder,
+    overrides) and the run name ``<name>-trial<N>`` (``mlflow.runName``); else nothing."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return {}
+    hc = HydraConfig.get()
+    return {"sweep_trial": str(hc.job.num), "sweep_dir": str(hc.sweep.dir),
+            "sweep_overrides": " ".join(hc.overrides.task)[:5000], "mlflow.runName": f"{name}-trial{hc.job.num}"}
+
+
+@dataclass
+class Logged:
+    run_id: str
+    model_uri: str | None = None  # the served pyfunc, when one was logged
+
+
+@dataclass
+class Served:
+    """A fitted model to log as the pyfunc (``models.pyfunc``): the model, its hardware registry, its meta
+    (``models.pyfunc.make_meta``) and an input example."""
+
+    model: CostModel
+    registry: object
+    meta: dict
+    input_example: pd.DataFrame
+
+
+def log_run(name: str, *, metrics: dict[str, float], params: dict, tags: dict, files=None, dataset: dict | None = None,
+            served: Served | None = None) -> Logged:
+    """One MLflow run: ``tags``, ``params`` (+ ``model.name``), ``metrics`` (flat ``<split>/<scope>/<metric>`` keys;
+    None values are left out), the ``eval/`` files ``files(directory) -> (more metrics, paths)`` writes, the
+    ``dataset`` (``{"rows", "source", "digest"}``) as its input, and ``served`` as the pyfunc ``model``.
+
+    Returns the run id and the logged model's URI. In a sweep trial the run is named ``<name>-trial<N>``
+    (:func:`sweep_trial_tags`)."""
+    from models.pyfunc import CostModelPyfunc, code_paths, signature, write_artifacts
+
+    trial = sweep_trial_tags(name)
+    with mlflow.start_run(run_name=trial.pop("mlflow.runName", name)) as run, tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        mlflow.set_tags({"model": name, "target": target, "dataset_sha256": dataset_digest, **split})
-        mlflow.log_params({**params, "model.name": name})
-        mlflow.log_input(mlflow.data.from_pandas(dataset, source=dataset_source, name="measurements",
-                                                 digest=dataset_digest[:36]), context="training")
-        for scope, values in metrics.items():
-            mlflow.log_metrics({_metric_key("test", scope, k): v for k, v in values.items()})
-        mlflow.log_metrics({"fit_seconds": fit_seconds, "calibration/all/log_halfwidth": interval["log_halfwidth"],
-                            "calibration/all/n": interval["n"],
-                            **{_metric_key("calibration", hw, "log_halfwidth"): q
-                               for hw, q in interval["by_hardware"].items()}})
-        y, pred, hw = test_frame[target], test_frame[f"pred_{target}"], test_frame["hardware"]
-        parity_plot(hw, y, pred, f"{name}: held-out shapes", tmp / "parity.png")
-        error_cdf_plot(hw, y, pred, f"{name}: held-out error CDF", tmp / "error_cdf.png")
-        test_frame.to_csv(tmp / "heldout_predictions.csv", index=False)
-        for f in ("parity.png", "error_cdf.png", "heldout_predictions.csv"):
-            mlflow.log_artifact(str(tmp / f), artifact_path="eval")
-        artifacts = save_artifacts(model, registry, target, tmp / "pyfunc", log_halfwidth=interval["log_halfwidth"],
-                                   level=interval["level"], by_hardware=interval["by_hardware"], extra_meta=extra_meta)
-        info = mlflow.pyfunc.log_model(name="model", python_model=python_model or CostModelPyfunc(),
-                                       artifacts=artifacts, code_paths=code_paths(tmp / "code"),
-                                       signature=model_signature or signature(target), input_example=input_example,
-                                       pip_requirements=pip_requirements())
+        mlflow.set_tags({k: str(v) for k, v in {**tags, **trial, "machine": machine()}.items()})
+        mlflow.log_params({**{k: str(v) for k, v in params.items()}, "model.name": name})
+        if dataset is not None:
+            mlflow.log_input(mlflow.data.from_pandas(dataset["rows"], source=dataset["source"], name="measurements",
+                                                     digest=dataset["digest"][:36]), context="training")
+        metrics = dict(metrics)
+        if files is not None:
+            (tmp / "eval").mkdir()
+            more, paths = files(tmp / "eval")
+            metrics.update(more)
+            for f in paths:
+                mlflow.log_artifact(str(f), artifact_path="eval")
+        stamp = int(time.time() * 1000)
+        batch = [mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0)
+                 for k, v in metrics.items() if v is not None]
+        for i in range(0, len(batch), 900):  # MLflow's batch limit is 1000 metrics
+            mlflow.MlflowClient().log_batch(run.info.run_id, metrics=batch[i:i + 900])
+        if served is None:
+            return Logged(run.info.run_id)
+        artifacts = write_artifacts(tmp / "pyfunc", served.model, served.registry, served.meta)
+        info = mlflow.pyfunc.log_model(name="model", python_model=CostModelPyfunc(), artifacts=artifacts,
+                                       code_paths=code_paths(tmp / "code"), signature=signature(served.meta),
+                                       input_example=served.input_example, pip_requirements=pip_requirements())
         mlflow.set_tag("model_uri", info.model_uri)
-        return f"runs:/{run.info.run_id}/model" if info.model_uri is None else info.model_uri
+        return Logged(run.info.run_id, f"runs:/{run.info.run_id}/model" if info.model_uri is None else info.model_uri)
+
+
+def log_metrics(run_id: str, metrics: dict[str, float]) -> None:
+    """Add metrics to a finished run (e.g. a sweep's objective, known once every model is scored)."""
+    stamp = int(time.time() * 1000)
+    mlflow.MlflowClient().log_batch(run_id, metrics=[mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0)
+                                                     for k, v in metrics.items() if v is not None])
 
 
 def split_identity(name: str, seed: int, test_size: float, dataset_digest: str, heldout_shape_ids) -> dict[str, str]:
@@ -236,107 +289,3 @@ def list_versions(name: str | None = None) -> pd.DataFrame:
     cols = ["name", "version", "aliases", "model", "test_mape", "test_medape", "test_kendall_tau", "test_coverage90",
             "split", "decision"]
     return pd.DataFrame(rows, columns=cols).sort_values(["name", "version"], ignore_index=True)
-
-
-# --------------------------------------------------------------------------- whole-network models (issue #8)
-def calibration_fold(families, size: float, seed: int) -> np.ndarray:
-    """Boolean mask of the calibration networks: ``round(size * n)`` of each family's ``n`` networks (at least
-    one, and at least one left to fit on when the family has two or more), drawn with a seeded generator."""
-    families = np.asarray(families)
-    rng = np.random.default_rng(seed)
-    mask = np.zeros(len(families), bool)
-    for fam in sorted(set(families)):
-        idx = np.flatnonzero(families == fam)
-        k = min(max(1, round(size * len(idx))), max(1, len(idx) - 1))
-        mask[rng.choice(idx, size=k, replace=False)] = True
-    return mask
-
-
-def loo_coverage(y_true, y_pred, level: float) -> float:
-    """Held-out check of the split-conformal rule on the calibration fold itself: for each calibration
-    network, ``q`` from the *other* ones (``models.conformal.calibrate``), and whether its own log error is
-    within it. The interval served uses ``q`` from all of them (one more point), so this is the rule's
-    coverage with ``n - 1`` points, not an in-sample figure (which would be >= level by construction)."""
-    from models.conformal import calibrate
-
-    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
-    if len(y_true) < 2:
-        return float("nan")
-    s = np.abs(np.log(y_true) - np.log(np.maximum(y_pred, 1e-12)))
-    keep = ~np.eye(len(s), dtype=bool)
-    return float(np.mean([s[i] <= calibrate(y_true[keep[i]], y_pred[keep[i]], level) for i in range(len(s))]))
-
-
-def register_network_model(cfg: DictConfig, nets: pd.DataFrame, registry) -> Decision:
-    """Fit ``cfg.register.model`` (``gnn`` | ``token_transformer``) on every network but a calibration fold, log it
-    and register it as ``cfg.register.name`` (default ``costmodel-network-runtime``); the alias moves only if it
-    beats the champion on the same held-out networks (:func:`register`, the one champion rule).
-
-    ``nets``: measured network rows (``op``, ``shape_id``, ``hardware``, ``dtype``, ``runtime_ms``, ``mlir``,
-    shapes), as ``pipelines.networks.collect`` returns them. Reads ``cfg.register`` (model, name, alias, experiment,
-    calibration_size, level, select_metric), the model's hyper-parameters (``cfg.gnn`` / ``cfg.transformer``,
-    ``cfg.tiny_epochs`` when ``cfg.tiny``), ``cfg.seed`` and ``cfg.mlflow``.
-
-    Held out = the calibration fold (``calibration_size`` of each family's networks, seeded): the model never
-    sees it in fit; its split-conformal ``q`` (90%, log space) comes from it, its MAPE / MedAPE / Kendall tau are
-    the held-out metrics (``test/all/*``), and ``test/all/coverage90`` is :func:`loo_coverage` on it.
-    """
-    from data.schema import dataset_hash
-    from data.workloads import SHAPE_PARAMS
-    from models.conformal import calibrate, calibrate_by_group
-    from models.gnn import GNNModel
-    from models.pyfunc import NETWORK_ENCODERS, NetworkPyfunc, encode_networks, network_signature
-    from models.transformer import TransformerModel
-
-    reg = cfg.register
-    kinds = {"gnn": (GNNModel, "gnn"), "token_transformer": (TransformerModel, "transformer")}
-    if reg.model not in kinds:
-        raise ValueError(f"register.model must be one of {', '.join(kinds)} or null, got {reg.model!r}")
-    cls, key = kinds[reg.model]
-    hparams = {**OmegaConf.to_container(cfg[key], resolve=True), "seed": int(cfg.seed),
-               **({"epochs": int(cfg.tiny_epochs)} if cfg.tiny else {})}
-    target, level = "runtime_ms", float(reg.level)
-    nets = nets.reset_index(drop=True)
-    nets = nets.assign(dtype=nets["dtype"] if "dtype" in nets else "float32")
-    cal = calibration_fold(nets["op"], float(reg.calibration_size), int(cfg.seed))
-    fit = ~cal
-    encoding = NETWORK_ENCODERS[reg.model]
-    graph_options = OmegaConf.to_container(cfg.graph, resolve=True) if cfg.get("graph") is not None else {}
-    X, hardware = encode_networks(nets[["mlir", "hardware", "dtype"]], registry, encoding, graph_options=graph_options)
-    y = nets[target].to_numpy(float)
-
-    t0 = time.perf_counter()
-    model = cls(**hparams).fit([X[i] for i in np.flatnonzero(fit)], y[fit])
-    fit_s = time.perf_counter() - t0
-    pred = np.asarray(model.predict([X[i] for i in np.flatnonzero(cal)]), float)
-    hw_cal = np.asarray(hardware)[cal]
-    q, q_hw = calibrate(y[cal], pred, level), calibrate_by_group(hw_cal, y[cal], pred, level)
-    cov_key = f"coverage{round(level * 100)}"
-    metrics = {"all": {**regression_metrics(y[cal], pred), cov_key: loo_coverage(y[cal], pred, level)}}
-    for hw in sorted(set(hw_cal)):
-        m = hw_cal == hw
-        metrics[hw] = {**regression_metrics(y[cal][m], pred[m]), cov_key: loo_coverage(y[cal][m], pred[m], level)}
-
-    as_text = nets.astype({c: str for c in nets.columns if nets[c].dtype == object})  # json / dict columns
-    described, digest = as_text.drop(columns=["mlir"]), dataset_hash(as_text)
-    shapes = [c for c in SHAPE_PARAMS if c in nets.columns]
-    split = split_identity("networks-calibration", int(cfg.seed), float(reg.calibration_size), digest,
-                           nets.loc[cal, "shape_id"])  # the held-out networks (op + shape)
-    cols = ["op", *shapes, "hardware", "dtype"]
-    test_frame = nets.loc[cal, cols + [target]].assign(**{f"pred_{target}": pred})
-    setup(OmegaConf.create({"tracking_uri": cfg.mlflow.tracking_uri, "experiment": reg.experiment}),
-          Path(cfg.paths.output_dir).resolve())
-    params = {"register.model": reg.model, "register.calibration_size": str(reg.calibration_size),
-              "register.level": str(level), "tiny": str(cfg.tiny), "n_fit": str(int(fit.sum())),
-              "n_calibration": str(int(cal.sum())), **{f"{reg.model}.{k}": str(v) for k, v in hparams.items()}}
-    uri = log_model_run(
-        name=reg.model, model=model, metrics=metrics, params=params, test_frame=test_frame, target=target,
-        registry=registry, input_example=nets.loc[np.flatnonzero(cal)[:1], ["mlir", "hardware", "dtype"]],
-        dataset=described, dataset_source="pipelines.networks", dataset_digest=digest, fit_seconds=fit_s,
-        interval={"level": level, "log_halfwidth": q, "by_hardware": q_hw, "n": float(cal.sum())}, split=split,
-        python_model=NetworkPyfunc(), model_signature=network_signature(target),
-        extra_meta={"encoder": encoding, "graph": graph_options, "trained_hardware": sorted(set(np.asarray(hardware)[fit])),
-                    "heldout": "calibration fold: networks never seen in fit"})
-    heldout = nets.loc[cal, ["mlir", "hardware", "dtype", target]].assign(**{f"pred_{target}": pred})
-    return register(uri, reg.name, reg.alias, metrics["all"], split=split, heldout=heldout, target=target,
-                    select_metric=reg.select_metric, model_name=reg.model)

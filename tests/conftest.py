@@ -56,15 +56,16 @@ def run_entry(module: str, *overrides: str, out: Path, timeout: int = 300) -> su
 
 
 def two_trial_sweep(module: str, *overrides: str, out: Path, experiment: str, run_prefix: str):
-    """A 2-trial Optuna multirun of an entry point; checks it logged one MLflow run per trial, named
-    ``<run_prefix>-trial<i>``, and returns ``(client, runs)`` of its sqlite store."""
+    """A 2-trial Optuna multirun of an entry point; checks it logged one MLflow run of model ``run_prefix`` per
+    trial, named ``<run_prefix>-trial<i>``, and returns ``(client, runs)`` of its sqlite store (those runs)."""
     from mlflow import MlflowClient
 
     proc = run_entry(module, "-m", "hydra.sweeper.n_trials=2", *overrides, out=out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     uri = f"sqlite:///{out / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
+                              filter_string=f"tags.model = '{run_prefix}'")
     assert sorted(r.data.tags["sweep_trial"] for r in runs) == ["0", "1"]
     assert sorted(r.info.run_name for r in runs) == [f"{run_prefix}-trial0", f"{run_prefix}-trial1"]
     return client, runs

@@ -89,7 +89,13 @@ def post_json(url: str, payload: bytes, content_type: str = "application/json") 
 ISOLATED = r"""
 import importlib, importlib.util, json, sys
 sys.path.append(sys.argv[1])
-assert [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)] == [], "project importable"
+if sys.argv[6]:  # decoys: packages of the caller's own named like the project's, first on sys.path
+    sys.path.insert(0, sys.argv[6])
+    found = {m: importlib.util.find_spec(m).origin for m in ("data", "features", "models")}
+    assert all(f.startswith(sys.argv[6]) for f in found.values()), found
+else:
+    importable = [m for m in ("data", "features", "models", "pipelines") if importlib.util.find_spec(m)]
+    assert importable == [], f"project importable: {importable}"
 import mlflow, pandas as pd
 mlflow.set_tracking_uri(sys.argv[2])
 model = mlflow.pyfunc.load_model(sys.argv[3])
@@ -99,15 +105,18 @@ print(json.dumps({"preds": preds.to_dict(orient="list"), "files": files}))
 """
 
 
-def predict_isolated(tracking_uri: str, model_uri: str, rows: list[dict], modules: list[str], cwd) -> tuple:
-    """Predict ``rows`` with ``model_uri`` in a fresh ``python -I -S`` process without the project; returns
+def predict_isolated(tracking_uri: str, model_uri: str, rows: list[dict], modules: list[str], cwd,
+                     decoys: Path | None = None) -> tuple:
+    """Predict ``rows`` with ``model_uri`` in a fresh ``python -I -S`` process without the project (or, with
+    ``decoys``, with that folder's own ``data`` / ``features`` / ``models`` packages first on ``sys.path``); returns
     (predictions as a DataFrame, the files ``modules`` were imported from in that process)."""
     import pandas as pd
     import sysconfig
 
     site = sysconfig.get_paths()["purelib"]
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED, site, tracking_uri, model_uri, json.dumps(rows),
-                           json.dumps(modules)], capture_output=True, text=True, cwd=cwd, timeout=300)
+                           json.dumps(modules), str(decoys or "")],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return pd.DataFrame(out["preds"]), out["files"]

@@ -1,7 +1,9 @@
-"""Whole-network models served (issue #8): NetworkPyfunc, registration with the champion rule, CLI, API, REST.
+"""Whole-network models served: the pyfunc with a network encoder, registration with the champion rule, CLI, API,
+REST.
 
-Real parts throughout: tiny mlps measured on this CPU and exported by torch-mlir (``pipelines.networks.collect``),
-real GNN / token-transformer training (a few epochs), a real MLflow sqlite store, real subprocesses.
+Real parts throughout: tiny mlps measured on this CPU and exported by torch-mlir (``data.collect.collect_networks``),
+real GNN / token-transformer training (a few epochs) through the library path, a real MLflow sqlite store, real
+subprocesses.
 """
 import json
 from pathlib import Path
@@ -9,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 
 from features.tabular import FeatureError
-from models.conformal import calibrate
-from pipelines.tracking import calibration_fold, loo_coverage
+from models.conformal import calibrate, loo_coverage
+from models.splits import stratified_fold as calibration_fold
 from tests.conftest import ROOT, run_cli
 from tests.servers import post_json, predict_isolated, serve_model
 
@@ -48,8 +49,11 @@ def test_loo_coverage_scores_each_point_against_the_others():
 
 
 def test_encode_networks_one_path_and_one_line_errors(registry, mlp_mlir):
-    from features.encoders import GraphEncoder, TokenEncoder
-    from models.pyfunc import encode_networks
+    from features.encoders import GraphEncoder, TokenEncoder, network_rows
+
+    def encode_networks(rows, registry, encoding, trained_hardware=None):  # the path training and serving take
+        _, hw = network_rows(rows, registry, trained_hardware)
+        return (GraphEncoder(registry) if encoding == "graph" else TokenEncoder()).transform(rows), hw
 
     row = {"mlir": mlp_mlir, "hardware": "t4"}
     (g,), hw = encode_networks([row], registry, "graph")
@@ -78,22 +82,27 @@ def test_encode_networks_one_path_and_one_line_errors(registry, mlp_mlir):
 @pytest.fixture(scope="module")
 def registered(tmp_path_factory):
     """Tiny mlps measured on this CPU; a GNN then a token transformer registered into a temp sqlite store."""
+    from hydra import compose, initialize_config_dir
+
     from data.backends.cpu import CpuBackend
+    from data.collect import collect_networks
     from data.hardware import CONF_DIR, HardwareRegistry
-    from pipelines import tracking
-    from pipelines.networks import collect
+    from pipelines import experiment
+    from pipelines.networks import with_mlir
 
     out = tmp_path_factory.mktemp("netserve")
     backend = CpuBackend(num_threads=1, min_run_time=0.01, warmup=1, measure_memory=False, energy=False)
-    nets, _ = collect(TINY_MLPS, backend)
+    nets, layers = collect_networks(TINY_MLPS, backend, annotate=with_mlir)
     reg = HardwareRegistry.from_dir(CONF_DIR)
     reg.add(backend.hardware)
-    cfg = OmegaConf.load(ROOT / "conf" / "networks.yaml")
-    cfg.tiny, cfg.paths.output_dir, cfg.mlflow.tracking_uri = True, str(out), None
     decisions = {}
-    for model in ("gnn", "token_transformer"):
-        cfg.register.model = model
-        decisions[model] = tracking.register_network_model(cfg, nets, reg)
+    for model in ("gnn", "token_transformer"):  # the library path, registration only (no eval splits)
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("networks", overrides=["debug=tiny_networks", f"model=[{model}]", f"register.models=[{model}]",
+                                                 f"paths.output_dir={out}"])
+        exp = experiment.run_experiment(cfg, nets, reg, experiment.Target.from_config(cfg.target), folds={},
+                                        context={"layers": layers})
+        decisions[model] = exp.decision
     return {"uri": f"sqlite:///{out / 'mlflow.db'}", "nets": nets, "cpu": backend.hardware.id, "decisions": decisions}
 
 
@@ -122,12 +131,13 @@ def test_registration_follows_the_champion_rule(registered, api):
     run = client.get_run(v1.run_id)
     held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=v1.run_id, artifact_path="eval/heldout_predictions.csv",
                                                            tracking_uri=registered["uri"]))
-    assert len(held) == 2 and run.data.params["n_fit"] == "4"
+    assert len(held) == 2 and run.data.metrics["test/all/n_train"] == 4
     ape = np.abs(held["pred_runtime_ms"] - held["runtime_ms"]) / held["runtime_ms"] * 100
     assert run.data.metrics["test/all/mape"] == pytest.approx(ape.mean())
     assert run.data.metrics["calibration/all/log_halfwidth"] == pytest.approx(
         calibrate(held["runtime_ms"], held["pred_runtime_ms"], 0.9))
-    assert api.interval_level == 0.9 and api.meta["encoder"] in ("graph", "tokens")
+    assert api.interval_level == 0.9 and api.meta["unit"] == "network"
+    assert api.meta["encoder"]["_target_"] in ("features.encoders.GraphEncoder", "features.encoders.TokenEncoder")
     mlflow.set_tracking_uri(registered["uri"])
     info = mlflow.models.get_model_info(MODEL)
     assert [c.name for c in info.signature.inputs.inputs] == ["mlir", "hardware", "dtype"]
@@ -152,7 +162,8 @@ def test_champion_predicts_in_a_process_without_the_project(registered, api, mlp
         assert not f.startswith(str(ROOT)) and f"{Path('code')}" in f, f
     assert list(preds.columns) == COLS and (preds["runtime_ms"] > 0).all()
     assert ((preds["runtime_ms_lo"] < preds["runtime_ms"]) & (preds["runtime_ms"] < preds["runtime_ms_hi"])).all()
-    q = api.meta["interval"]["by_hardware"].get(registered["cpu"], api.meta["interval"]["log_halfwidth"])
+    spec = api.meta["intervals"]["runtime_ms"]
+    q = spec["by_hardware"].get(registered["cpu"], spec["log_halfwidth"])
     np.testing.assert_allclose(preds["runtime_ms_hi"] / preds["runtime_ms"], np.exp(q), rtol=1e-9)
     pd.testing.assert_frame_equal(preds, api.predict(rows), rtol=1e-6)
 

@@ -19,7 +19,9 @@ def test_default_config_composes():
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("run")
     assert set(cfg.model) == {"rf", "xgb", "roofline"}
-    assert {"A100-PCIe-40GB", "H100-SXM", "L4", "T4", "V100-PCIe-32GB"} <= set(cfg.collect.sim.hardware)
+    assert list(cfg.collect.backends) == ["cpu", "sim-roofline"]
+    sims = set(cfg.collect.backend["sim-roofline"].hardware)
+    assert {"A100-PCIe-40GB", "H100-SXM", "L4", "T4", "V100-PCIe-32GB"} <= sims
     assert cfg.split.name == "held_out_shapes" and cfg.mlflow.tracking_uri is None
     assert list(cfg.eval_splits) == ["random", "held_out_shapes", "held_out_family", "leave_one_hardware_out"]
 
@@ -45,18 +47,18 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
                     "test/all/coverage90", "test/T4/coverage90", "calibration/all/log_halfwidth"):
             assert key in m, key
         assert r.data.tags["dataset_sha256"] == dataset_hash(rows)
-        assert r.data.params["collect.cpu.num_threads"] == "1" and "split.test_size" in r.data.params
+        assert r.data.params["collect.backend.cpu.num_threads"] == "1" and "split.test_size" in r.data.params
         arts = {a.path for a in client.list_artifacts(r.info.run_id, "eval")}
         assert {"eval/parity.png", "eval/error_cdf.png", "eval/heldout_predictions.csv"} <= arts
         assert len(r.inputs.dataset_inputs) == 1
         # every split of eval_splits, pooled over its folds, in the same run
         for split in ("random", "held_out_shapes", "held_out_family", "leave_one_hardware_out"):
             for k in ("mape", "medape", "smape", "r2_log", "group_kendall_tau", "coverage90", "folds", "n"):
-                assert f"{split}/{k}" in m, f"{split}/{k}"
-        assert m["held_out_shapes/mape"] == pytest.approx(m["test/all/mape"])  # the champion split: the registered fit
-        assert m["leave_one_hardware_out/folds"] == rows["hardware"].nunique() == 3
-        assert m["held_out_family/folds"] == rows["family"].nunique() == 5
-        assert m["leave_one_hardware_out/n"] == m["held_out_family/n"] == (rows["status"] == "ok").sum()
+                assert f"{split}/all/{k}" in m, f"{split}/all/{k}"
+        assert m["held_out_shapes/all/mape"] == pytest.approx(m["test/all/mape"])  # the champion split: the registered fit
+        assert m["leave_one_hardware_out/all/folds"] == rows["hardware"].nunique() == 3
+        assert m["held_out_family/all/folds"] == rows["family"].nunique() == 5
+        assert m["leave_one_hardware_out/all/n"] == m["held_out_family/all/n"] == (rows["status"] == "ok").sum()
     # the best run (lowest held-out MAPE) is the champion
     best = min(runs, key=lambda r: r.data.metrics["test/all/mape"])
     mv = client.get_model_version_by_alias("costmodel-runtime", "champion")
@@ -112,7 +114,7 @@ def test_target_picks_baseline_column_and_registry_name():
         preset = compose("run", overrides=["experiment=memory"])
     assert runtime.register.name == "costmodel-runtime" and runtime.model.roofline.column == "roofline_ms"
     assert memory.register.name == "costmodel-peak_mem_bytes" and memory.model.roofline.column == "tensor_bytes"
-    assert preset.target == "peak_mem_bytes" and preset.register.name == "costmodel-peak_mem_bytes"
+    assert preset.target.name == "peak_mem_bytes" and preset.register.name == "costmodel-peak_mem_bytes"
     assert list(preset.model) == ["rf", "xgb", "roofline", "xgb_residual"]
     assert preset.model.xgb_residual.column == preset.model.roofline.column == "tensor_bytes"
 
@@ -141,8 +143,8 @@ def test_memory_target_registers_a_peak_memory_model(tmp_path):
     assert sorted(r.data.tags["model"] for r in runs) == ["rf", "roofline", "xgb"]
     for r in runs:
         assert r.data.tags["target"] == "peak_mem_bytes" and r.data.metrics["test/all/n"] > 0
-        assert set(r.data.metrics) >= {f"{s}/mape" for s in ("random", "held_out_shapes", "held_out_family")}
-        assert "leave_one_hardware_out/mape" not in r.data.metrics
+        assert set(r.data.metrics) >= {f"{s}/all/mape" for s in ("random", "held_out_shapes", "held_out_family")}
+        assert "leave_one_hardware_out/all/mape" not in r.data.metrics
     bound = next(r for r in runs if r.data.tags["model"] == "roofline")
     assert bound.data.params["roofline.column"] == "tensor_bytes"
     held = pd.read_csv(Path(mlflow.artifacts.download_artifacts(
@@ -172,7 +174,7 @@ def test_memory_target_registers_a_peak_memory_model(tmp_path):
 
 
 def test_memory_target_without_rows_is_one_error_line(tmp_path):
-    proc = _run_job(tmp_path, "target=peak_mem_bytes", "collect.cpu.enabled=false")
+    proc = _run_job(tmp_path, "target=peak_mem_bytes", "collect.backends=[sim-roofline]")
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
     assert errors == [errors[0]] and errors[0].startswith("run: error: no collected row has target 'peak_mem_bytes'")

@@ -13,17 +13,32 @@ from data.importers.hopper import import_hopper
 from data.workloads import SHAPE_PARAMS
 from features.tabular import PowerFeaturizer, TabularFeaturizer
 from models.conformal import calibrate
-from models.evaluate import regression_metrics
-from models.power import network_totals
-from models.pyfunc import PowerPyfunc, save_power_artifacts
+from models.evaluate import POWER_COLUMNS as TARGETS, noise_floor, regression_metrics
+from models.power import PowerSurrogate, network_totals
+from models.pyfunc import CostModelPyfunc, make_meta, write_artifacts
 from models.splits import grouped_kfold, held_out_shapes, leave_one_family_out
-from models.power_eval import TARGETS, make_surrogate, noise_floor, out_of_fold
-from tests.conftest import SHARED, run_cli, run_entry
+from pipelines.experiment import Target, pooled
+from pipelines.report import in_row_order
+from tests.conftest import ROOT, SHARED, run_cli, run_entry
 
 pytestmark = pytest.mark.skipif(not (SHARED / "hopper" / "h200_kernels.csv").exists(), reason="no shared H200 data")
 CFG = OmegaConf.create({"seed": 0, "power_cap": 1.12,
                         "xgb": {"n_estimators": 200, "learning_rate": 0.08, "max_depth": 4, "min_child_weight": 3.0,
                                 "n_jobs": 1}})
+POWER = Target.from_config(OmegaConf.load(ROOT / "conf" / "target" / "power.yaml"))
+
+
+def make_surrogate(kind: str, cfg) -> PowerSurrogate:
+    """A fresh surrogate of ``kind`` (conf/model/power_<kind>.yaml with these hyper-parameters)."""
+    return PowerSurrogate(kind, xgb=dict(cfg.xgb, random_state=int(cfg.seed)), power_cap=float(cfg.power_cap),
+                          multi_target=bool(cfg.get("multi_target", False)))
+
+
+def out_of_fold(kind: str, cfg, X, rows, folds) -> pd.DataFrame:
+    """Out-of-fold predictions of every row (the library's pooled refits), in row order."""
+    fit = pooled(lambda: make_surrogate(kind, cfg), X, rows[list(TARGETS)].to_numpy(float), rows,
+                 [(str(i), tr, te) for i, (tr, te) in enumerate(folds)])
+    return in_row_order(fit, rows)
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +51,9 @@ def data(registry):
 @pytest.fixture(scope="module")
 def fitted(data):
     rows, X = data
-    out = {k: make_surrogate(k, CFG).fit(X, rows) for k in ("xgb", "residual")}
-    out["xgb_joint"] = make_surrogate("xgb", OmegaConf.merge(CFG, {"multi_target": True})).fit(X, rows)
+    Y = rows[list(TARGETS)]
+    out = {k: make_surrogate(k, CFG).fit(X, Y) for k in ("xgb", "residual")}
+    out["xgb_joint"] = make_surrogate("xgb", OmegaConf.merge(CFG, {"multi_target": True})).fit(X, Y)
     return out
 
 
@@ -111,8 +127,10 @@ def test_noise_floor_from_the_two_passes(data):
 def _pyfunc(model, registry, tmp_path, rows, X):
     pred = model.predict(X)
     intervals = {t: {"log_halfwidth": calibrate(rows[t], pred[t]), "by_hardware": {}} for t in TARGETS}
-    arts = save_power_artifacts(model, registry, tmp_path / "pyfunc", intervals, 0.9)
-    py = PowerPyfunc()
+    meta = make_meta(model=model.kind, target=POWER.facts(), encoder={"_target_": "features.tabular.PowerFeaturizer"},
+                     unit="kernel", intervals=intervals, level=0.9)
+    arts = write_artifacts(tmp_path / "pyfunc", model, registry, meta)
+    py = CostModelPyfunc()
     py.load_context(SimpleNamespace(artifacts=arts))
     return py
 
@@ -171,10 +189,10 @@ def test_mlir_row_costs_the_sum_of_its_kernels(data, fitted, registry, tmp_path)
 
 @pytest.mark.slow
 def test_entry_point_registers_and_cli_predicts_power(tmp_path):
-    proc = run_entry("pipelines.power", "models=[analytical,residual]", "cv.folds=2", "xgb.n_estimators=100",
-                     f"data_root={SHARED}", out=tmp_path)
+    proc = run_entry("pipelines.power", "model=[power_analytical,power_residual]", "split.folds=2",
+                     "xgb.n_estimators=100", f"data_root={SHARED}", out=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "noise floor" in proc.stdout and "registered 'residual' as costmodel-power" in proc.stdout
+    assert "noise floor" in proc.stdout and "registered 'power_residual' as costmodel-power" in proc.stdout
     workloads = tmp_path / "net.csv"
     pd.DataFrame([{"network": "n1", "op": "matmul", "m": 1024, "n": 1024, "k": 1024, "dtype": "float16", "hardware": "T4"},
                   {"network": "n1", "op": "softmax", "m": 1024, "n": 1024, "dtype": "float16", "hardware": "T4"}]
@@ -185,3 +203,27 @@ def test_entry_point_registers_and_cli_predicts_power(tmp_path):
     out = pd.DataFrame(json.loads(res.stdout))
     assert {"runtime_ms_lo", "power_w_hi", "energy_j", "network_power_w"} <= set(out.columns)
     assert out["network_power_w"].iloc[0] == pytest.approx(out["energy_j"].sum() / out["runtime_ms"].sum() * 1e3)
+
+
+def test_a_model_logged_in_the_earlier_layout_still_serves(data, fitted, registry, tmp_path):
+    """Meta and surrogate folder as the earlier PowerPyfunc wrote them: this code serves them with the same numbers
+    (a process that imported this code, e.g. the CLI, uses it for every model it loads)."""
+    import json as _json
+
+    rows, X = data
+    model = fitted["residual"]
+    new = _pyfunc(model, registry, tmp_path / "new", rows, X)
+    old = tmp_path / "old"
+    for key, member in model.models.items():
+        member.save(old / "model" / key)
+    (old / "model" / "surrogate.json").write_text(_json.dumps({"name": "residual", "power_cap": 1.12, "joint": False,
+                                                               "targets": ["runtime_ms", "power_w"]}))
+    (old / "hardware.json").write_text(registry.to_json())
+    (old / "meta.json").write_text(_json.dumps({"targets": ["runtime_ms", "power_w"], "model": "residual", "level": 0.9,
+                                                "intervals": new.meta["intervals"]}))
+    py = CostModelPyfunc()
+    py.load_context(SimpleNamespace(artifacts={k: str(old / f) for k, f in (("model", "model"), ("meta", "meta.json"),
+                                                                              ("hardware", "hardware.json"))}))
+    layers = pd.DataFrame([{"network": "n", "op": "matmul", "m": 512, "n": 512, "k": 512, "dtype": "float16",
+                            "hardware": "L4"}, {"network": "n", "op": "gelu", "m": 512, "n": 512, "hardware": "L4"}])
+    pd.testing.assert_frame_equal(py.predict(None, layers), new.predict(None, layers))

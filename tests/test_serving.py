@@ -46,7 +46,7 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     # the interval is pred * exp(+-q), q calibrated for the row's hardware (else the global one), as logged
     m = champion["run"].data.metrics
     cm = load_cost_model(MODEL, tracking_uri=champion["uri"])
-    spec, registry = cm.meta["interval"], cm.pyfunc.unwrap_python_model().registry
+    spec, registry = cm.meta["intervals"]["runtime_ms"], cm.pyfunc.unwrap_python_model().registry
     assert spec["level"] == 0.9 and spec["log_halfwidth"] == pytest.approx(m["calibration/all/log_halfwidth"])
     assert m["calibration/all/n"] >= 9
     for hw, q in spec["by_hardware"].items():
@@ -73,6 +73,20 @@ def test_model_loads_where_the_project_is_not_installed(champion, api_preds, tmp
     root = str(Path(__file__).resolve().parent.parent)
     for f in files:
         assert not f.startswith(root) and f"{Path('code')}" in f, f
+    pd.testing.assert_frame_equal(preds, api_preds, rtol=1e-9)
+
+
+def test_model_loads_beside_the_callers_own_models_data_features(champion, api_preds, tmp_path):
+    """A caller with packages of its own named models / data / features (first on sys.path): the served model still
+    imports the code it was logged with (its code/ folder), never the caller's."""
+    decoys = tmp_path / "decoys"
+    for pkg in ("data", "features", "models"):
+        (decoys / pkg).mkdir(parents=True)
+        (decoys / pkg / "__init__.py").write_text(f"raise ImportError('the caller\'s own {pkg} package')\n")
+    preds, files = predict_isolated(champion["uri"], MODEL, WORKLOADS, ["models.pyfunc", "features.tabular",
+                                                                        "data.hardware"], tmp_path, decoys=decoys)
+    for f in files:
+        assert not f.startswith(str(decoys)) and f"{Path('code')}" in f, f
     pd.testing.assert_frame_equal(preds, api_preds, rtol=1e-9)
 
 

@@ -1,13 +1,36 @@
-"""Measurement backends. Each turns one workload into one measurement row (a dict in the schema)."""
+"""Measurement backends. Each turns one workload into one measurement row (a dict in the schema).
+
+A backend is one file here and one config, ``conf/collect/backend/<name>.yaml`` (``_target_`` + settings): the main
+job measures every backend named in ``collect.backends``, ``pipelines.collect`` one (``backend=<name>``). It satisfies
+:class:`Backend`; nothing else lists the backends (``data.schema.known_backends`` reads the config folder).
+"""
 from __future__ import annotations
 
 import json
 import platform
 from datetime import datetime, timezone
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from data.workloads import family, shape_id
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What collection asks of a measurement backend.
+
+    * ``name``: the rows' ``backend`` column (the config file's name);
+    * ``hardware``: the :class:`data.hardware.HardwareSpec` it measures, read lazily (a property may detect the CPU
+      or open the GPU; it is not part of the runtime ``isinstance`` check for that reason);
+    * ``measure(workload)``: one workload (``{"op", "params", "dtype"}``) -> one row dict in the measurement schema
+      (``base_row`` gives its identity part); failures are rows with ``status="error"`` or exceptions, which
+      ``data.engine.safe_measure`` turns into error rows.
+    """
+
+    name: str
+
+    def measure(self, workload: dict) -> dict: ...
 
 
 def base_row(workload: dict, hardware: str, backend: str, source: str, env: dict) -> dict:
