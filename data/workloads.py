@@ -196,35 +196,38 @@ OPS: dict[str, OpSpec] = {
 
 
 def validate(op: str, params: Mapping[str, object], dtype: str = "float32") -> dict[str, int]:
-    """Return the op's shape parameters as plain ints, or raise :class:`WorkloadError` naming the problem."""
-    if op not in OPS:
-        raise WorkloadError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
-    if dtype not in DTYPES:
-        raise WorkloadError(f"unknown dtype {dtype!r}; known dtypes: {', '.join(DTYPES)}")
-    out: dict[str, int] = {}
+    """Return the op's shape parameters as plain ints, or raise :class:`WorkloadError` naming the problem.
+
+    The one shape check (``data.costs.shape_problems``, which the featurizer runs over whole frames): every shape
+    parameter an integer (no booleans, NaN, inf or fractions; integer-valued text is read as the integer) within
+    int64, each tensor's element count and byte size within int64, and the op's own rules. One line per problem,
+    echoing at most ``data.costs.ECHO_CHARS`` characters of a value.
+    """
+    import numbers
+
+    import numpy as np
+
+    from data.costs import echo, first_problem, shape_problems  # data.costs imports this module
+
+    if not isinstance(op, str) or op not in OPS:
+        raise WorkloadError(f"unknown op {echo(op, 80)}; known ops: {', '.join(OPS)}")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise WorkloadError(f"unknown dtype {echo(dtype, 80)}; known dtypes: {', '.join(DTYPES)}")
+    raw = {}
     for name in OPS[op].params:
-        value = params.get(name)
+        raw[name] = np.empty(1, object)
+        raw[name][0] = params.get(name)
+    values, problems = shape_problems(op, OPS[op].params, ZERO_OK, raw, 1, dtypes=np.array([dtype], object))
+    found = first_problem(problems)
+    if found is not None:
+        raise WorkloadError(found[1])
+    out: dict[str, int] = {}
+    for name in OPS[op].params:  # exact ints (a float64 holds integers exactly only up to 2^53)
+        value = raw[name][0]
         try:
-            missing = value is None or value != value  # None or NaN
-            ivalue = int(value) if not missing else 0
-        except (TypeError, ValueError):
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}") from None
-        if missing:
-            raise WorkloadError(f"op {op!r} needs shape parameter {name!r} (needs {', '.join(OPS[op].params)})")
-        if ivalue != value and float(value) != ivalue:
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}")
-        lowest = 0 if name in ZERO_OK else 1
-        if ivalue < lowest:
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be >= {lowest}, got {ivalue}")
-        out[name] = ivalue
-    if op == "conv2d":
-        for side in ("h", "w"):
-            if out[side] + 2 * out["padding"] < out["kernel"]:
-                raise WorkloadError(f"op 'conv2d': kernel {out['kernel']} larger than padded input {side}={out[side]}")
-    if "causal" in out and out["causal"] not in (0, 1):
-        raise WorkloadError(f"op {op!r}: shape parameter 'causal' must be 0 or 1, got {out['causal']}")
-    if op == "transformer" and out["width"] % out["heads"]:
-        raise WorkloadError(f"op 'transformer': width {out['width']} must be a multiple of heads {out['heads']}")
+            out[name] = int(value) if isinstance(value, (numbers.Integral, str)) else int(values[name][0])
+        except ValueError:  # text such as "64.0"
+            out[name] = int(values[name][0])
     return out
 
 

@@ -1,0 +1,412 @@
+"""Closed-form FLOPs, bytes and tensor shapes of every op, vectorised over rows, and the one shape check.
+
+:func:`data.workloads.count_cost` builds an op on ``meta`` tensors under ``FlopCounterMode``: exact, but ~0.1-1 ms a
+row. Here the same two numbers come from closed forms over numpy arrays (one array per shape parameter, a row per
+workload), equal to ``count_cost`` for every op (``tests/test_costs.py`` checks each op of ``OPS`` against it on
+random shapes and fails for an op without a closed form here):
+
+* ``flops``: what FlopCounterMode counts: ``2 m n k`` per GEMM (the bias add of ``linear`` / ``conv2d`` is not
+  counted), ``2 b c_out h_out w_out c_in kernel^2`` per convolution, ``4 b heads seq_len^2 head_dim`` for SDPA
+  (causal or not), 0 for elementwise, normalisation, softmax and reduction ops; a network is the sum of its layers
+  (``data/networks.py``);
+* ``bytes``: every input, weight and output tensor once, ``elements x itemsize`` of the dtype's torch storage.
+
+:data:`FORMS` also names each tensor and its dims (``matmul`` A [m,k], B [k,n], output [m,n]; a network's
+``weights`` are one tensor of all its parameters, plus its largest ``activation``, which is not counted in ``bytes``
+since ``count_cost`` counts only the network's input, parameters and output). :func:`shape_problems` is the one
+shape check behind ``data.workloads.validate`` (one workload) and ``features.tabular.TabularFeaturizer.check`` (a
+frame): integers only (no booleans, no NaN / inf, no fractions), every parameter and every tensor's element count
+and byte size within int64, and, where the device's memory is known, no tensor (nor all of them together) larger
+than that memory: a tensor that cannot exist on the device is refused naming it, its size and the memory. Each
+problem is one line that echoes at most :data:`ECHO_CHARS` characters of the input.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+INT64_MAX = 2**63 - 1
+BEYOND_INT64 = 2.0**63  # float64 values >= this are beyond int64 (float64 has no INT64_MAX)
+ECHO_CHARS = 200  # at most this much of a user's value is echoed back in an error message
+# storage bytes per element of each dtype (the torch dtype of data.workloads.DTYPES: tf32 and fixed store float32)
+ITEMSIZE = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2, "fixed": 4}
+CNN_MAX_DEPTH = 63  # width x 2^(depth-1) channels: deeper than this is beyond int64 for any width >= 1
+
+Params = Mapping[str, np.ndarray]
+Tensor = tuple  # (name, dims: tuple of arrays, counted in bytes: bool)
+
+
+def echo(value, limit: int = ECHO_CHARS) -> str:
+    """``repr`` of a user's value on one line, cut to ``limit`` characters (a 5 MB cell is not sent back)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    text = repr(value)
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text)} characters)"
+    return " ".join(text.splitlines())
+
+
+def fmt_dim(x: float) -> str:
+    """A tensor dimension for a message: ``4096``, ``10^9`` (an exact power of ten >= 10^4) or ``3.1e+20``."""
+    if not math.isfinite(x):
+        return str(x)
+    if x >= 1e4:
+        k = round(math.log10(x))
+        if 10**k == x:
+            return f"10^{k}"
+        if x >= 1e15:
+            return f"{x:.3g}"
+    return str(int(x))
+
+
+# --------------------------------------------------------------------------- closed forms
+@dataclass(frozen=True)
+class Form:
+    """An op's closed forms over arrays of its shape parameters (float64, one entry per row)."""
+    flops: Callable[[Params], np.ndarray]
+    tensors: Callable[[Params], list]  # [(name, (dim arrays), counted in bytes)]
+
+
+def _hw_out(p: Params, side: str) -> np.ndarray:
+    return np.floor_divide(p[side] + 2 * p["padding"] - p["kernel"], p["stride"]) + 1
+
+
+def _gemm_tensors(p):
+    return [("A", (p["m"], p["k"]), True), ("B", (p["k"], p["n"]), True), ("output", (p["m"], p["n"]), True)]
+
+
+def _bmm_tensors(p):
+    b = p["batch"]
+    return [("A", (b, p["m"], p["k"]), True), ("B", (b, p["k"], p["n"]), True), ("output", (b, p["m"], p["n"]), True)]
+
+
+def _linear_tensors(p):
+    return [("input", (p["m"], p["k"]), True), ("weight", (p["n"], p["k"]), True), ("bias", (p["n"],), True),
+            ("output", (p["m"], p["n"]), True)]
+
+
+def _conv_tensors(p):
+    b, ci, co, k = p["batch"], p["c_in"], p["c_out"], p["kernel"]
+    return [("input", (b, ci, p["h"], p["w"]), True), ("weight", (co, ci, k, k), True), ("bias", (co,), True),
+            ("output", (b, co, _hw_out(p, "h"), _hw_out(p, "w")), True)]
+
+
+def _conv_flops(p):
+    return 2 * p["batch"] * p["c_out"] * _hw_out(p, "h") * _hw_out(p, "w") * p["c_in"] * p["kernel"] ** 2
+
+
+def _mn(*names):
+    """Ops on [m, n] tensors: ``names`` = the tensors, each [m, n] (inputs first, the output last)."""
+    return lambda p: [(name, (p["m"], p["n"]), True) for name in names]
+
+
+def _layernorm_tensors(p):
+    return [("input", (p["m"], p["n"]), True), ("weight", (p["n"],), True), ("bias", (p["n"],), True),
+            ("output", (p["m"], p["n"]), True)]
+
+
+def _reduce_tensors(p):
+    return [("input", (p["m"], p["n"]), True), ("output", (p["m"],), True)]
+
+
+def _sdpa_tensors(p):
+    shape = (p["batch"], p["heads"], p["seq_len"], p["head_dim"])
+    return [(name, shape, True) for name in ("q", "k", "v", "output")]
+
+
+def _zero(p):
+    return np.zeros(np.broadcast(*p.values()).shape) if p else np.zeros(0)
+
+
+def _network(inputs, weights, activation, output):
+    def tensors(p):
+        return [("input", inputs(p), True), ("weights", (weights(p),), True),
+                ("activation", activation(p), False), ("output", output(p), True)]
+    return tensors
+
+
+def _cnn(p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(flops, weights, largest activation)`` of ``data.networks.CNN``: block i is Conv2d(c_{i-1}, width 2^i, 3,
+    stride 1 if i == 0 else 2, padding 1) + ReLU (c_{-1} = 3), then a global mean and Linear(c_last, 10)."""
+    b, width, depth, h = p["batch"], p["width"], p["depth"], p["h"]
+    flops, weights, act = np.zeros(b.shape), np.zeros(b.shape), np.zeros(b.shape)
+    c_prev, side = np.full(b.shape, 3.0), h.copy()
+    finite = np.isfinite(depth)
+    top = int(min(np.max(depth, initial=0, where=finite), CNN_MAX_DEPTH)) if finite.any() else 0
+    for i in range(top):
+        on = depth > i
+        c = width * 2.0**i
+        if i > 0:
+            side = np.where(on, np.floor_divide(side - 1, 2) + 1, side)  # (side + 2*1 - 3) // 2 + 1
+        flops = np.where(on, flops + 2 * b * c * side * side * c_prev * 9, flops)
+        weights = np.where(on, weights + c * c_prev * 9 + c, weights)
+        act = np.where(on, np.maximum(act, b * c * side * side), act)
+        c_prev = np.where(on, c, c_prev)
+    deep = depth > CNN_MAX_DEPTH  # refused by the channel check; keep the arrays finite-or-inf, never wrong
+    flops = np.where(deep, np.inf, flops + 2 * b * c_prev * 10)
+    weights = np.where(deep, np.inf, weights + 10 * c_prev + 10)
+    return flops, weights, act
+
+
+# weights per block: transformer LN 2 x 2w, qkv 3w^2 + 3w, proj w^2 + w, fc1 4w^2 + 4w, fc2 4w^2 + w = 12w^2 + 13w;
+# resnet block 2 x (9w^2 + w); gated_mlp gate + up 2 x (2w^2 + 2w), down 2w^2 + w = 6w^2 + 5w
+FORMS: dict[str, Form] = {
+    "matmul": Form(lambda p: 2 * p["m"] * p["n"] * p["k"], _gemm_tensors),
+    "bmm": Form(lambda p: 2 * p["batch"] * p["m"] * p["n"] * p["k"], _bmm_tensors),
+    "linear": Form(lambda p: 2 * p["m"] * p["n"] * p["k"], _linear_tensors),
+    "dense": Form(lambda p: 2 * p["m"] * p["n"] * p["k"], _linear_tensors),
+    "conv2d": Form(_conv_flops, _conv_tensors),
+    "layernorm": Form(_zero, _layernorm_tensors),
+    "softmax": Form(_zero, _mn("input", "output")),
+    **{op: Form(_zero, _mn("x", "y", "output")) for op in ("add", "mul", "div", "pow")},
+    **{op: Form(_zero, _mn("input", "output"))
+       for op in ("gelu", "relu", "tanh", "add_scalar", "mul_scalar", "div_scalar", "pow_scalar")},
+    **{op: Form(_zero, _reduce_tensors) for op in ("sum", "mean", "max")},
+    "sdpa": Form(lambda p: 4 * p["batch"] * p["heads"] * p["seq_len"] ** 2 * p["head_dim"], _sdpa_tensors),
+    "mlp": Form(lambda p: 2 * p["depth"] * p["batch"] * p["width"] ** 2,
+                _network(lambda p: (p["batch"], p["width"]), lambda p: p["depth"] * (p["width"] ** 2 + p["width"]),
+                         lambda p: (p["batch"], p["width"]), lambda p: (p["batch"], p["width"]))),
+    "cnn": Form(lambda p: _cnn(p)[0],
+                _network(lambda p: (p["batch"], 3 + 0 * p["h"], p["h"], p["h"]), lambda p: _cnn(p)[1],
+                         lambda p: (_cnn(p)[2],), lambda p: (p["batch"], 10 + 0 * p["batch"]))),
+    "transformer": Form(lambda p: p["depth"] * (24 * p["batch"] * p["seq_len"] * p["width"] ** 2
+                                                + 4 * p["batch"] * p["seq_len"] ** 2 * p["width"]),
+                        _network(lambda p: (p["batch"], p["seq_len"], p["width"]),
+                                 lambda p: p["depth"] * (12 * p["width"] ** 2 + 13 * p["width"]),
+                                 lambda p: (p["batch"], p["seq_len"], 4 * p["width"]),
+                                 lambda p: (p["batch"], p["seq_len"], p["width"]))),
+    "resnet": Form(lambda p: (54 * p["batch"] * p["width"] * p["h"] ** 2
+                              + 36 * p["depth"] * p["batch"] * p["width"] ** 2 * p["h"] ** 2 + 20 * p["batch"] * p["width"]),
+                   _network(lambda p: (p["batch"], 3 + 0 * p["h"], p["h"], p["h"]),
+                            lambda p: 28 * p["width"] + p["depth"] * 2 * (9 * p["width"] ** 2 + p["width"])
+                            + 10 * p["width"] + 10,
+                            lambda p: (p["batch"], p["width"], p["h"], p["h"]),
+                            lambda p: (p["batch"], 10 + 0 * p["batch"]))),
+    "gated_mlp": Form(lambda p: 12 * p["depth"] * p["batch"] * p["width"] ** 2,
+                      _network(lambda p: (p["batch"], p["width"]),
+                               lambda p: p["depth"] * (6 * p["width"] ** 2 + 5 * p["width"]),
+                               lambda p: (p["batch"], 2 * p["width"]), lambda p: (p["batch"], p["width"]))),
+}
+
+
+def has_closed_form(op: str) -> bool:
+    return op in FORMS
+
+
+def _form(op: str) -> Form:
+    if op not in FORMS:
+        raise NotImplementedError(f"op {op!r} has no closed form in data/costs.py FORMS: add its FLOPs and tensors "
+                                  "there (tests/test_costs.py checks them against count_cost)")
+    return FORMS[op]
+
+
+def elements(dims: Sequence[np.ndarray]) -> np.ndarray:
+    out = np.ones(np.broadcast(*dims).shape) if dims else np.ones(())
+    for d in dims:
+        out = out * d
+    return out
+
+
+def op_costs(op: str, params: Params, itemsize) -> tuple[np.ndarray, np.ndarray]:
+    """``(flops, bytes)`` of rows of one ``op`` (``params``: name -> float64 array, valid shapes)."""
+    form = _form(op)
+    with np.errstate(all="ignore"):
+        flops = np.asarray(form.flops(params), float)
+        nbytes = sum(elements(dims) for _, dims, counted in form.tensors(params) if counted)
+        return flops, np.asarray(nbytes * np.asarray(itemsize, float), float)
+
+
+def costs(ops, params: Params, dtypes, groups: tuple[np.ndarray, Sequence[str]] | None = None
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """``(flops, bytes)`` per row of mixed ops: ``ops`` and ``dtypes`` arrays of names, ``params`` arrays per shape
+    parameter (valid shapes; an op's unused parameters are ignored). Rows are grouped by op (``groups``: the
+    ``(codes, names)`` of ``pd.factorize(ops)`` where the caller has them); every group is one numpy pass.
+
+    An op of ``data.workloads.OPS`` without a closed form here is costed by ``count_cost`` row by row (exact, slow;
+    ``tests/test_costs.py`` fails until its closed form is added)."""
+    from data.workloads import OPS, count_cost
+
+    ops = np.asarray(ops, object)
+    codes, names = groups if groups is not None else pd.factorize(ops)
+    dt_codes, dt_names = pd.factorize(np.asarray(dtypes, object))
+    itemsize = np.array([ITEMSIZE[d] for d in dt_names], float)[dt_codes]
+    flops, nbytes = np.zeros(len(ops)), np.zeros(len(ops))
+    for c, op in enumerate(names):
+        rows = np.flatnonzero(codes == c) if len(names) > 1 else slice(None)
+        if op in FORMS:
+            p = {k: np.asarray(params[k], float)[rows] for k in OPS[op].params}
+            flops[rows], nbytes[rows] = op_costs(op, p, itemsize[rows])
+        else:
+            at = np.arange(len(ops))[rows]
+            cost = [count_cost(op, {k: params[k][i] for k in OPS[op].params}, dt_names[dt_codes[i]]) for i in at]
+            flops[at], nbytes[at] = np.array(cost, float).reshape(-1, 2).T
+    return flops, nbytes
+
+
+# --------------------------------------------------------------------------- the shape check
+def numbers_of(raw) -> tuple[np.ndarray, np.ndarray]:
+    """One column of user values -> ``(values, bad)``: float64 with NaN where missing (None / NaN), and a mask of
+    cells that are not integers (booleans, inf, fractions, text that is not an integer, other objects).
+
+    Numeric columns convert in one numpy step; object / string columns (JSON, a CSV column with text in it) go
+    cell by cell. Integer-valued text (``"64"``) is accepted, as pandas reads a number column as text when one
+    cell holds text."""
+    arr = np.asarray(raw)
+    if arr.dtype.kind in "iu":
+        return arr.astype(float), np.zeros(arr.shape, bool)
+    if arr.dtype.kind == "f":
+        values = arr.astype(float)
+        with np.errstate(invalid="ignore"):
+            bad = np.isinf(values) | (np.isfinite(values) & (values != np.floor(values)))
+        return np.where(bad, np.nan, values), bad
+    if arr.dtype.kind == "b":
+        return np.full(arr.shape, np.nan), np.ones(arr.shape, bool)
+    values, bad = np.full(arr.shape, np.nan), np.zeros(arr.shape, bool)
+    for i, v in enumerate(arr.astype(object).ravel()):
+        x = _number(v)
+        if x is None:
+            bad[i] = True
+        else:
+            values[i] = x
+    return values, bad
+
+
+def _number(v) -> float | None:
+    """A float for an integer-valued cell (NaN for a missing one), None for anything else."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return math.nan
+    if isinstance(v, (bool, np.bool_)):
+        return None
+    if isinstance(v, str):
+        try:
+            return float(int(v.strip()))
+        except ValueError:
+            try:
+                x = float(v)
+            except ValueError:
+                return None
+            return x if math.isfinite(x) and x == int(x) else None
+    if isinstance(v, numbers.Integral):
+        return float(v)
+    if isinstance(v, numbers.Real):
+        x = float(v)
+        if math.isnan(x):
+            return math.nan
+        return x if math.isfinite(x) and x == math.floor(x) else None
+    return None
+
+
+def value_problem(value) -> str:
+    """Why a cell :func:`numbers_of` marked bad is not a shape parameter (the words after ``must be ...``)."""
+    if isinstance(value, (bool, np.bool_)):
+        return f"an integer, got {echo(value)} (a boolean)"
+    if isinstance(value, (numbers.Real, str)):
+        try:
+            if math.isinf(float(value)):
+                return f"a finite integer, got {echo(value)}"
+        except (ValueError, OverflowError):
+            pass
+    return f"an integer, got {echo(value)}"
+
+
+Problem = tuple  # (mask over rows, describe: row -> one-line message)
+
+
+def first_problem(problems: Sequence[Problem]) -> tuple[int, str] | None:
+    """The lowest row any problem flags and its message; on one row, the problem listed first wins."""
+    best = None
+    for mask, describe in problems:
+        if mask is not None and np.any(mask):
+            i = int(np.argmax(mask))
+            if best is None or i < best[0]:
+                best = (i, describe)
+    return None if best is None else (best[0], best[1](best[0]))
+
+
+def shape_problems(op: str, spec_params: Sequence[str], zero_ok, raw: Mapping[str, np.ndarray], n: int,
+                   dtypes: np.ndarray | None = None, memory_gb: np.ndarray | None = None,
+                   hardware: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], list[Problem]]:
+    """Check ``n`` rows of one ``op``: ``raw`` holds the user's values per shape parameter (a missing column is
+    missing everywhere). Returns the parameters as float64 arrays and the problems found, in the order a row's
+    problems are reported: each parameter (not an integer, missing, beyond int64, too small), the op's own
+    constraints, then each tensor (beyond the device memory ``memory_gb`` where given, beyond int64) and all
+    tensors together against the memory. ``dtypes`` (names) give the itemsize; ``hardware`` names the device."""
+    problems: list[Problem] = []
+    p: dict[str, np.ndarray] = {}
+    needs = ", ".join(spec_params)
+    for name in spec_params:
+        values, bad = numbers_of(raw[name]) if name in raw else (np.full(n, np.nan), np.zeros(n, bool))
+        column = raw.get(name)
+        problems.append((bad, lambda i, name=name, column=column:
+                         f"op {op!r}: shape parameter {name!r} must be {value_problem(column[i])}"))
+        problems.append((np.isnan(values) & ~bad, lambda i, name=name: f"op {op!r} needs shape parameter {name!r} "
+                                                                          f"(needs {needs})"))
+        problems.append((values >= BEYOND_INT64, lambda i, name=name, values=values:
+                         f"op {op!r}: shape parameter {name!r} = {values[i]:.3g} is beyond int64 (max {INT64_MAX})"))
+        lowest = 0 if name in zero_ok else 1
+        problems.append((values < lowest, lambda i, name=name, values=values, lowest=lowest:
+                         f"op {op!r}: shape parameter {name!r} must be >= {lowest}, got {int(values[i])}"))
+        p[name] = values
+    with np.errstate(all="ignore"):
+        problems += _constraints(op, p)
+        if op in FORMS:
+            problems += _tensor_problems(op, p, n, dtypes, memory_gb, hardware)
+    return p, problems
+
+
+def _constraints(op: str, p: Params) -> list[Problem]:
+    """The op's own rules beyond positive integers (a kernel that fits, a 0/1 flag, heads that divide the width)."""
+    out: list[Problem] = []
+    if op == "conv2d":
+        for side in ("h", "w"):
+            out.append((p[side] + 2 * p["padding"] < p["kernel"], lambda i, side=side:
+                        f"op 'conv2d': kernel {int(p['kernel'][i])} larger than padded input {side}={int(p[side][i])}"))
+    if "causal" in p:
+        out.append(((p["causal"] != 0) & (p["causal"] != 1) & ~np.isnan(p["causal"]), lambda i:
+                    f"op {op!r}: shape parameter 'causal' must be 0 or 1, got {fmt_dim(p['causal'][i])}"))
+    if op == "transformer":
+        out.append((np.fmod(p["width"], p["heads"]) > 0, lambda i: f"op 'transformer': width {int(p['width'][i])} "
+                                                                  f"must be a multiple of heads {int(p['heads'][i])}"))
+    if op == "cnn":
+        channels = p["width"] * np.exp2(np.minimum(p["depth"], 1100) - 1)
+        out.append((channels >= BEYOND_INT64, lambda i: f"op 'cnn': the last block's width x 2^(depth-1) = "
+                                                    f"{channels[i]:.3g} channels is beyond int64"))
+    return out
+
+
+def _tensor_problems(op, p, n, dtypes, memory_gb, hardware) -> list[Problem]:
+    itemsize = np.full(n, 4.0) if dtypes is None else np.array([ITEMSIZE.get(d, np.nan) for d in dtypes], float)
+    memory = None if memory_gb is None else np.where(np.asarray(memory_gb, float) > 0, memory_gb, np.nan) * 2.0**30
+    tensors = FORMS[op].tensors(p)
+    out: list[Problem] = []
+    total = np.zeros(n)
+
+    def what(name, dims, i, dtype=True):
+        shape = "x".join(fmt_dim(float(np.broadcast_to(d, (n,))[i])) for d in dims)
+        return f"{op} {name} {shape}" + (f" {dtypes[i]}" if dtype and dtypes is not None else "")
+
+    def where(i):
+        return f"{hardware[i]} memory {float(memory_gb[i]):g} GB"
+
+    for name, dims, counted in tensors:
+        count = np.broadcast_to(elements(dims), (n,))
+        nbytes = count * itemsize
+        if counted:
+            total = total + nbytes
+        if memory is not None:
+            out.append((nbytes > memory, lambda i, name=name, dims=dims, nbytes=nbytes:
+                        f"{what(name, dims, i)} = {nbytes[i]:.1e} bytes exceeds {where(i)}"))
+        out.append((count >= BEYOND_INT64, lambda i, name=name, dims=dims, count=count:
+                    f"{what(name, dims, i, dtype=False)} = {count[i]:.1e} elements is beyond int64"))
+        out.append((nbytes >= BEYOND_INT64, lambda i, name=name, dims=dims, nbytes=nbytes:
+                    f"{what(name, dims, i)} = {nbytes[i]:.1e} bytes is beyond int64"))
+    if memory is not None:
+        names = ", ".join(name for name, _, counted in tensors if counted)
+        out.append((total > memory, lambda i: f"{op} tensors together ({names}) = {total[i]:.1e} bytes exceed "
+                                              f"{where(i)}"))
+    return out
