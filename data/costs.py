@@ -45,9 +45,12 @@ def echo(value, limit: int = ECHO_CHARS) -> str:
     """``repr`` of a user's value on one line, cut to ``limit`` characters (a 5 MB cell is not sent back)."""
     if isinstance(value, np.generic):
         value = value.item()
-    text = repr(value)
-    if len(text) > limit:
-        text = f"{text[:limit]}... ({len(text)} characters)"
+    if isinstance(value, str) and len(value) > limit:
+        text = f"{repr(value[:limit])[:limit + 2]}... ({len(value)} characters)"
+    else:
+        text = repr(value)
+        if len(text) > limit:
+            text = f"{text[:limit]}... ({len(text)} characters)"
     return " ".join(text.splitlines())
 
 

@@ -157,6 +157,11 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, list]:
     return np.asarray(codes), list(uniques)
 
 
+def _value(cell):
+    """The user's value of a factorized cell (an unhashable one was wrapped in :class:`_Cell`)."""
+    return cell.value if isinstance(cell, _Cell) else cell
+
+
 def _empty(value) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
@@ -164,7 +169,7 @@ def _empty(value) -> bool:
 EMPTY_OP = "empty op cell (give an op, e.g. matmul)"
 EMPTY_HARDWARE = "empty hardware cell (give a hardware id from conf/hardware, e.g. H100-SXM)"
 # a column pandas renamed because a CSV header repeated it ("m", "m.1"): a duplicate, refused like one
-_RENAMED = re.compile(rf"^({'|'.join(('op', 'hardware', 'dtype', 'mlir', *SHAPE_PARAMS))})\\.[0-9]+$")
+_RENAMED = re.compile("^(" + "|".join(("op", "hardware", "dtype", "mlir", *SHAPE_PARAMS)) + r")\.[0-9]+$")
 
 
 def _column_problem(codes: np.ndarray, bad: dict[int, str]):
@@ -240,7 +245,7 @@ class TabularFeaturizer:
             if _empty(v):
                 bad[c] = EMPTY_OP
             elif not isinstance(v, str) or v not in OPS:
-                bad[c] = f"unknown op {echo(v, 80)}; known ops: {', '.join(OPS)}"
+                bad[c] = f"unknown op {echo(_value(v), 80)}; known ops: {', '.join(OPS)}"
         problems.append(_column_problem(op_codes, bad))
 
         if "dtype" in df.columns:
@@ -250,7 +255,7 @@ class TabularFeaturizer:
                 dt_names.append("float32")
         else:
             dt_codes, dt_names = np.zeros(n, np.intp), ["float32"]
-        bad = {c: f"unknown dtype {echo(v, 80)}; known dtypes: {', '.join(DTYPES)}"
+        bad = {c: f"unknown dtype {echo(_value(v), 80)}; known dtypes: {', '.join(DTYPES)}"
                for c, v in enumerate(dt_names) if not isinstance(v, str) or v not in DTYPES}
         problems.append(_column_problem(dt_codes, bad))
 
@@ -263,7 +268,7 @@ class TabularFeaturizer:
             if _empty(v):
                 bad[c] = EMPTY_HARDWARE
             elif spec is None:
-                bad[c] = f"unknown hardware {echo(v, 80)}; known: {', '.join(self.registry.ids)}"
+                bad[c] = f"unknown hardware {echo(_value(v), 80)}; known: {', '.join(self.registry.ids)}"
             elif "float32" not in spec.peak_tflops:
                 bad[c] = f"hardware {spec.id!r} ({spec.kind}) has no float32 peak FLOP/s in its spec: no tabular features"
         problems.append(_column_problem(hw_codes, bad))

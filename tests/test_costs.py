@@ -103,7 +103,7 @@ def test_huge_shapes_cost_without_overflow():
     ({"m": np.bool_(False), "n": 1, "k": 1}, r"must be an integer, got False \(a boolean\)$"),
     ({"m": "true", "n": 1, "k": 1}, r"must be an integer, got 'true'$"),
     ({"m": 2.5, "n": 1, "k": 1}, r"must be an integer, got 2\.5$"),
-    ({"m": "x" * 10**6, "n": 1, "k": 1}, r"must be an integer, got 'x{199}\.\.\. \(1000002 characters\)$"),
+    ({"m": "x" * 10**6, "n": 1, "k": 1}, r"must be an integer, got 'x{200}'\.\.\. \(1000000 characters\)$"),
     ({"m": [1, 2], "n": 1, "k": 1}, r"must be an integer, got \[1, 2\]$"),
 ])
 def test_validate_refuses_in_one_line(params, msg):
@@ -128,7 +128,7 @@ def test_network_depth_beyond_int64_channels_is_refused():
 
 
 def test_messages_echo_little_and_format_dims():
-    assert echo("y" * 1000).endswith("... (1002 characters)") and len(echo("y" * 1000)) < 230
+    assert echo("y" * 1000) == "'" + "y" * 200 + "'... (1000 characters)"
     assert echo("a\nb") == "'a\\nb'" and echo(np.float64(1.5)) == "1.5"
     assert [fmt_dim(x) for x in (1, 4096, 1e9, 12345, 3.1e20)] == ["1", "4096", "10^9", "12345", "3.1e+20"]
     assert INT64_MAX == 2**63 - 1
