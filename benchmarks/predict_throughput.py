@@ -123,7 +123,8 @@ def main() -> None:
     print(f"model {args.model} @ {args.tracking_uri}; median of {args.repeats} repeats (>= {args.min_time} s each)")
     print(f"machine {machine()}")
     print(f"{'path':<12}{'batch':>8}{'ms/call':>12}{'predictions/s':>16}")
-    for path, b, s in sorted(results, key=lambda r: (r[1], ["model only", "featurize", "python api", "rest"].index(r[0]))):
+    order = ["model only", "featurize", "python api", "rest"]
+    for path, b, s in sorted(results, key=lambda r: (r[1], order.index(r[0]))):
         print(f"{path:<12}{b:>8}{s * 1e3:>12.3f}{b / s:>16.0f}")
 
 

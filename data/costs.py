@@ -184,7 +184,8 @@ FORMS: dict[str, Form] = {
                                  lambda p: (p["batch"], p["seq_len"], 4 * p["width"]),
                                  lambda p: (p["batch"], p["seq_len"], p["width"]))),
     "resnet": Form(lambda p: (54 * p["batch"] * p["width"] * p["h"] ** 2
-                              + 36 * p["depth"] * p["batch"] * p["width"] ** 2 * p["h"] ** 2 + 20 * p["batch"] * p["width"]),
+                              + 36 * p["depth"] * p["batch"] * p["width"] ** 2 * p["h"] ** 2
+                              + 20 * p["batch"] * p["width"]),
                    _network(lambda p: (p["batch"], 3 + 0 * p["h"], p["h"], p["h"]),
                             lambda p: 28 * p["width"] + p["depth"] * 2 * (9 * p["width"] ** 2 + p["width"])
                             + 10 * p["width"] + 10,

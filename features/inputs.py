@@ -36,7 +36,8 @@ def mlir_text(value, where: str = "mlir") -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise FeatureError(f"{where}: not valid Unicode text (an unpaired surrogate at character {exc.start})") from None
+        raise FeatureError(f"{where}: not valid Unicode text (an unpaired surrogate at character {exc.start})") \
+            from None
     nul = value.find("\x00")
     if nul >= 0:
         raise FeatureError(f"{where}: a NUL character at offset {nul}: binary data, not MLIR module text")
@@ -63,7 +64,8 @@ def read_workloads(path) -> pd.DataFrame:
             if path.suffix == ".json":
                 records = json.loads(text, object_pairs_hook=_unique_keys)
             else:
-                records = [json.loads(line, object_pairs_hook=_unique_keys) for line in text.splitlines() if line.strip()]
+                records = [json.loads(line, object_pairs_hook=_unique_keys)
+                           for line in text.splitlines() if line.strip()]
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
                 raise FeatureError(f"{path.name}: expected JSON records (objects, one per workload)")
             df = pd.DataFrame(records)

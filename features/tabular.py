@@ -233,7 +233,8 @@ class TabularFeaturizer:
                                "(a CSV reader renames a repeated header): give each column once")
         missing = [c for c in REQUIRED if c not in columns]
         if missing:
-            raise FeatureError(f"workloads lack column(s) {', '.join(missing)} (need op, hardware, dtype and shape columns)")
+            raise FeatureError(f"workloads lack column(s) {', '.join(missing)} (need op, hardware, dtype and shape "
+                               "columns)")
         df = workloads.reset_index(drop=True)
         n = len(df)
         problems = []
@@ -270,7 +271,8 @@ class TabularFeaturizer:
             elif spec is None:
                 bad[c] = f"unknown hardware {echo(_value(v), 80)}; known: {', '.join(self.registry.ids)}"
             elif "float32" not in spec.peak_tflops:
-                bad[c] = f"hardware {spec.id!r} ({spec.kind}) has no float32 peak FLOP/s in its spec: no tabular features"
+                bad[c] = (f"hardware {spec.id!r} ({spec.kind}) has no float32 peak FLOP/s in its spec: no tabular "
+                          "features")
         problems.append(_column_problem(hw_codes, bad))
         specs.append(None)  # code -1 (an empty cell) indexes the last entry
         memory_gb = np.array([np.nan if s is None else s.memory_gb for s in specs], float)[hw_codes]

@@ -235,11 +235,13 @@ def test_mlir_read_boundary_examples(tmp_path):
                                               r"H100-SXM memory 80 GB$"),
     ({"m": 1e23, "n": 1e23, "k": 1e23}, r"^row 0: op 'matmul': shape parameter 'm' = 1e\+23 is beyond int64"),
     ({"m": math.inf, "n": 8, "k": 8}, r"^row 0: op 'matmul': shape parameter 'm' must be a finite integer, got inf$"),
-    ({"m": True, "n": 8, "k": 8}, r"^row 0: op 'matmul': shape parameter 'm' must be an integer, got True \(a boolean\)$"),
+    ({"m": True, "n": 8, "k": 8}, r"^row 0: op 'matmul': shape parameter 'm' must be an integer, got True "
+                                  r"\(a boolean\)$"),
     ({"m": 8, "n": 8, "k": 8, "hardware": None}, r"^row 0: empty hardware cell \(give a hardware id"),
     ({"m": 8, "n": 8, "k": 8, "hardware": ""}, r"^row 0: empty hardware cell"),
     ({"m": 8, "n": 8, "k": 8, "op": None}, r"^row 0: empty op cell"),
-    ({"m": 8, "n": 8, "k": 8, "op": "z" * 5_000_000}, r"^row 0: unknown op 'z{80}'\.\.\. \(5000000 characters\); known"),
+    ({"m": 8, "n": 8, "k": 8, "op": "z" * 5_000_000}, r"^row 0: unknown op 'z{80}'\.\.\. \(5000000 characters\); "
+                                                       r"known"),
 ])
 def test_issue_cases_are_one_line(row, msg):
     frame = pd.DataFrame([{"op": "matmul", "hardware": "H100-SXM", **row}])

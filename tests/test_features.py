@@ -156,7 +156,8 @@ def test_vectorised_features_equal_the_per_row_reference(featurizer, registry):
     pd.testing.assert_frame_equal(X, reference_features(registry, df), check_exact=False, rtol=1e-12, atol=0)
     # the checked frame keeps the caller's columns and gives every shape column, 0 where the op does not use it
     checked = featurizer.check(df)
-    assert list(checked.columns[:len(df.columns)]) == list(df.columns) and checked["note"].tolist() == df["note"].tolist()
+    assert list(checked.columns[:len(df.columns)]) == list(df.columns)
+    assert checked["note"].tolist() == df["note"].tolist()
     assert checked.loc[0, "op"] == "matmul" and checked.loc[0, "batch"] == 0 and checked.loc[0, "k"] == df.loc[0, "k"]
     assert set(checked["hardware"]) <= set(registry.ids) and not checked["dtype"].isna().any()
     pd.testing.assert_frame_equal(featurizer.features(checked), X)
