@@ -384,7 +384,11 @@ def _constraints(op: str, p: Params) -> list[Problem]:
 
 
 def _tensor_problems(op, p, n, dtypes, memory_gb, hardware) -> list[Problem]:
-    itemsize = np.full(n, 4.0) if dtypes is None else np.array([ITEMSIZE.get(d, np.nan) for d in dtypes], float)
+    if dtypes is None:
+        itemsize = np.full(n, 4.0)
+    else:  # one lookup per distinct dtype (None: an unknown dtype, reported elsewhere)
+        codes, names = pd.factorize(np.asarray(dtypes, object))
+        itemsize = np.array([ITEMSIZE.get(d, np.nan) for d in names] + [np.nan], float)[codes]
     memory = None if memory_gb is None else np.where(np.asarray(memory_gb, float) > 0, memory_gb, np.nan) * 2.0**30
     tensors = FORMS[op].tensors(p)
     out: list[Problem] = []

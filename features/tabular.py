@@ -16,6 +16,7 @@ cache, a memory-bound flag and the wave-quantised roofline time.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -149,7 +150,22 @@ class _Cell:
 
 
 def _factorize(values: np.ndarray) -> tuple[np.ndarray, list]:
-    """``(codes, uniques)`` of one column, -1 for missing cells (None / NaN); unhashable cells become :class:`_Cell`."""
+    """``(codes, uniques)`` of one column, -1 for missing cells (None / NaN); unhashable cells become :class:`_Cell`.
+
+    ``pd.factorize`` (hashing in C) for long columns; a dict for a few cells, where its fixed cost dominates."""
+    if len(values) <= 16:
+        index: dict = {}
+        codes = np.empty(len(values), np.intp)
+        for i, v in enumerate(values):
+            if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+                codes[i] = -1
+                continue
+            key = v if isinstance(v, Hashable) else _Cell(v)
+            try:
+                codes[i] = index.setdefault(key, len(index))
+            except TypeError:  # hashable type, unhashable content: a tuple holding a list
+                codes[i] = index.setdefault(_Cell(v), len(index))
+        return codes, list(index)
     try:
         codes, uniques = pd.factorize(values)
     except TypeError:  # a list or dict in a cell (JSON input)
@@ -350,10 +366,17 @@ class TabularFeaturizer:
         X["log2_roofline_ms"] = np.log2(X["roofline_ms"])
         X.update(transfer_features(ops, shapes, flops, nbytes, X["dtype_bytes"], X["hw_sm_count"],
                                    X["hw_l2_mb"] * 2**20, peak, bw, groups=(op_codes, op_names)))
-        matrix = np.empty((n, len(X)))
-        for j, values in enumerate(X.values()):
+        matrix = np.empty((n, len(X)), order="F")  # column-major: each column is one contiguous write, and it is
+        for j, values in enumerate(X.values()):  # already the layout of a DataFrame's float block (no copy)
             matrix[:, j] = values
-        return pd.DataFrame(matrix, columns=list(X))
+        return pd.DataFrame(matrix, columns=_columns(tuple(X)), copy=False)
+
+
+@functools.lru_cache(maxsize=4)
+def _columns(names: tuple[str, ...]) -> pd.Index:
+    """The feature columns' Index, built once (building an Index of 84 strings costs more than the features of a
+    row)."""
+    return pd.Index(names)
 
 
 class PowerFeaturizer(TabularFeaturizer):
