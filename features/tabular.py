@@ -70,8 +70,11 @@ def work_tiles(op, params, nbytes, dtype_bytes, tile: int) -> np.ndarray:
     ``batch * ceil(M / tile) * ceil(N / tile)`` (NVIDIA, "Matrix Multiplication Background User's Guide",
     tile quantization). Other ops (memory-bound: elementwise, norms, softmax, reductions) have no GEMM tiles;
     their work is approximated by the elements they move, ``bytes / dtype_bytes``, in blocks of ``tile**2``
-    elements: ``ceil(elements / tile**2)``. Arrays in (``params``: shape name -> array), an array out.
+    elements: ``ceil(elements / tile**2)``. Arrays in (``params``: shape name -> array), an array out; one
+    workload (an op name, a dict of ints) gives a float.
     """
+    if isinstance(op, str):
+        return float(work_tiles([op], {k: [v] for k, v in params.items()}, [nbytes], [dtype_bytes], tile)[0])
     return _tiles(gemm_mn(op, params), np.asarray(nbytes, float), np.asarray(dtype_bytes, float), tile)
 
 

@@ -172,3 +172,14 @@ def test_power_featurizer_keeps_the_tabular_columns_first(registry):
     base = TabularFeaturizer(registry).transform(df)
     pd.testing.assert_frame_equal(X[list(base.columns)], base)
     assert (X["analytical_power_w"] >= X["hw_idle_power_w"]).all() and (X["analytical_power_w"] <= X["hw_tdp_w"]).all()
+
+
+def test_work_tiles_of_one_workload_and_of_arrays_agree():
+    from features.tabular import work_tiles
+
+    p = {"m": 1000, "n": 3000, "k": 512}
+    assert work_tiles("matmul", p, 0.0, 4, 128) == 8 * 24
+    assert work_tiles("add", {"m": 4096, "n": 4096}, 3 * 4096**2 * 4, 4, 128) == 3 * 4096**2 / 128**2
+    many = work_tiles(np.array(["matmul", "add"], object), {"m": [1000, 4096], "n": [3000, 4096], "k": [512, 0]},
+                      [0.0, 3 * 4096**2 * 4], [4, 4], 128)
+    np.testing.assert_array_equal(many, [8 * 24, 3 * 4096**2 / 128**2])
