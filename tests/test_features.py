@@ -62,7 +62,8 @@ def test_wave_features_match_a_hand_count(featurizer, registry):
     assert X.loc[0, "log2_waves_128"] == pytest.approx(np.log2(5))
     assert X.loc[0, "wave_eff_128"] == pytest.approx(192 / 200)
     # 64x64: 16 x 47 = 752 tiles -> 19 waves; 256x256: 4 x 12 = 48 tiles -> 2 waves, the tail wave 8 of 40 SMs
-    assert X.loc[0, "log2_waves_64"] == pytest.approx(np.log2(19)) and X.loc[0, "wave_eff_64"] == pytest.approx(752 / 760)
+    assert X.loc[0, "log2_waves_64"] == pytest.approx(np.log2(19))
+    assert X.loc[0, "wave_eff_64"] == pytest.approx(752 / 760)
     assert X.loc[0, "log2_waves_256"] == pytest.approx(1.0) and X.loc[0, "wave_eff_256"] == pytest.approx(48 / 80)
     # each wave costs one full tile's FLOPs per SM: 5 x (2*1000*3000*512 / 192) / (8.1 TFLOP/s / 40)
     wave_ms = 5 * (2 * 1000 * 3000 * 512 / 192) / (t4.peak_flops("float32") / 40) * 1e3
@@ -74,3 +75,112 @@ def test_wave_features_match_a_hand_count(featurizer, registry):
     assert X.loc[2, "memory_bound"] == 1
     assert X.loc[2, "log2_bytes_over_l2"] == pytest.approx(np.log2(3 * 4096**2 * 4 / (4 * 2**20)))
     assert np.isfinite(X.to_numpy()).all()
+
+
+# --- the vectorised featurizer against a per-row reference ------------------------------------------------------
+def reference_features(registry, df: pd.DataFrame) -> pd.DataFrame:
+    """The tabular features computed row by row, the straightforward way: ``validate`` per row, FLOPs and bytes
+    from FlopCounterMode (``count_cost``), spec numbers looked up per row, the wave features from integer
+    arithmetic (``gemm_dims``). ``TabularFeaturizer`` (vectorised, closed forms) must give the same frame."""
+    from data.backends.sim_roofline import gemm_dims
+    from data.workloads import DTYPES, OPS, SHAPE_PARAMS, count_cost, validate
+    from features.tabular import DTYPE_BYTES, TILES
+
+    rows = []
+    for r in df.to_dict("records"):
+        dt = r.get("dtype") if isinstance(r.get("dtype"), str) else "float32"
+        p = validate(r["op"], {k: r.get(k) for k in SHAPE_PARAMS}, dt)
+        s = registry.get(r["hardware"])
+        flops, nbytes = count_cost(r["op"], p, dt)
+        peak, bw, sms = s.peak_flops(dt), s.bandwidth_bytes_s, max(float(s.sm_count), 1.0)
+        x = {k: float(p.get(k, 0)) for k in SHAPE_PARAMS}
+        x |= {f"op_{op}": float(r["op"] == op) for op in OPS} | {f"dtype_{d}": float(dt == d) for d in DTYPES}
+        x |= {"dtype_bytes": float(DTYPE_BYTES.get(dt, np.nan)), "log2_flops": np.log2(flops + 1),
+              "log2_bytes": np.log2(nbytes), "tensor_bytes": nbytes, "log2_intensity": np.log2(flops / nbytes + 1e-3),
+              "hw_is_gpu": float(s.kind == "gpu"), "hw_sm_count": float(s.sm_count),
+              "hw_clock_mhz": float(s.boost_clock_mhz), "hw_memory_gb": float(s.memory_gb),
+              "hw_l2_mb": float(s.l2_cache_mb), "hw_log2_peak_flops": np.log2(peak),
+              "hw_log2_peak_fp32": np.log2(s.peak_flops("float32")), "hw_log2_bandwidth": np.log2(bw),
+              "hw_ridge_intensity": peak / bw, "roofline_compute_ms": flops / peak * 1e3,
+              "roofline_memory_ms": nbytes / bw * 1e3, "roofline_ms": max(flops / peak, nbytes / bw) * 1e3}
+        x["log2_roofline_ms"] = np.log2(x["roofline_ms"])
+        memory_ms = nbytes / bw * 1e3
+        dims = gemm_dims(r["op"], p)
+        for t in TILES:
+            if dims is not None:
+                tiles = float(dims[0] * -(-dims[1] // t) * -(-dims[2] // t))
+            else:
+                tiles = float(np.ceil(nbytes / DTYPE_BYTES.get(dt, 4) / t**2))
+            tiles = max(tiles, 1.0)
+            waves = np.ceil(tiles / sms)
+            x[f"log2_waves_{t}"] = np.log2(waves)
+            x[f"wave_eff_{t}"] = tiles / (waves * sms)
+            x[f"log2_wave_ms_{t}"] = np.log2(waves * (flops / tiles) / (peak / sms) * 1e3 if flops > 0 else memory_ms)
+        ratio = (flops / nbytes) / (peak / bw)
+        x |= {"log2_intensity_over_ridge": np.log2(ratio + 1e-6), "memory_bound": float(ratio < 1),
+              "log2_bytes_over_l2": np.log2(nbytes / max(s.l2_cache_mb * 2**20, 1.0)),
+              "log2_bytes_per_sm": np.log2(nbytes / sms), "log2_flops_per_sm": np.log2(flops / sms + 1),
+              "log2_roofline_compute_ms": np.log2(flops / peak * 1e3 + 1e-9),
+              "log2_roofline_memory_ms": np.log2(memory_ms),
+              "log2_wave_roofline_ms": np.log2(max(2 ** x["log2_wave_ms_128"], memory_ms))}
+        rows.append(x)
+    return pd.DataFrame(rows)
+
+
+def mixed_workloads(registry, n: int, seed: int = 0) -> pd.DataFrame:
+    """``n`` rows over every op, dtype and GPU spec (ids and aliases), shapes from a small pool per op (so the
+    reference's FlopCounterMode cache keeps it quick), some dtypes missing, shape columns as NaN where unused."""
+    from data.workloads import DTYPES, OPS
+
+    rng = np.random.default_rng(seed)
+    names = [name for s in registry if "float32" in s.peak_tflops for name in (s.id, *s.aliases)]
+    pool = {op: [_valid_shape(op, rng) for _ in range(4)] for op in OPS}
+    rows = []
+    for i in range(n):
+        op = list(OPS)[i % len(OPS)]
+        dtype = [*DTYPES, None][rng.integers(len(DTYPES) + 1)]
+        rows.append({"op": op, "hardware": names[rng.integers(len(names))], **pool[op][rng.integers(4)],
+                     **({"dtype": dtype} if dtype else {}), "note": f"row {i}"})
+    return pd.DataFrame(rows)
+
+
+def _valid_shape(op, rng) -> dict:
+    from tests.test_costs import _draw
+
+    return _draw(op, rng)
+
+
+@pytest.mark.slow  # ~500 distinct FlopCounterMode runs in the reference: ~8 s
+def test_vectorised_features_equal_the_per_row_reference(featurizer, registry):
+    df = mixed_workloads(registry, 2000)
+    X = featurizer.transform(df)
+    pd.testing.assert_frame_equal(X, reference_features(registry, df), check_exact=False, rtol=1e-12, atol=0)
+    # the checked frame keeps the caller's columns and gives every shape column, 0 where the op does not use it
+    checked = featurizer.check(df)
+    assert list(checked.columns[:len(df.columns)]) == list(df.columns)
+    assert checked["note"].tolist() == df["note"].tolist()
+    assert checked.loc[0, "op"] == "matmul" and checked.loc[0, "batch"] == 0 and checked.loc[0, "k"] == df.loc[0, "k"]
+    assert set(checked["hardware"]) <= set(registry.ids) and not checked["dtype"].isna().any()
+    pd.testing.assert_frame_equal(featurizer.features(checked), X)
+
+
+def test_power_featurizer_keeps_the_tabular_columns_first(registry):
+    from features.tabular import PowerFeaturizer
+
+    df = pd.DataFrame([{"op": "matmul", "m": 512, "n": 512, "k": 512, "dtype": "float16", "hardware": "H100-SXM"},
+                       {"op": "gelu", "m": 4096, "n": 1024, "hardware": "T4"}])
+    X = PowerFeaturizer(registry).transform(df)
+    base = TabularFeaturizer(registry).transform(df)
+    pd.testing.assert_frame_equal(X[list(base.columns)], base)
+    assert (X["analytical_power_w"] >= X["hw_idle_power_w"]).all() and (X["analytical_power_w"] <= X["hw_tdp_w"]).all()
+
+
+def test_work_tiles_of_one_workload_and_of_arrays_agree():
+    from features.tabular import work_tiles
+
+    p = {"m": 1000, "n": 3000, "k": 512}
+    assert work_tiles("matmul", p, 0.0, 4, 128) == 8 * 24
+    assert work_tiles("add", {"m": 4096, "n": 4096}, 3 * 4096**2 * 4, 4, 128) == 3 * 4096**2 / 128**2
+    many = work_tiles(np.array(["matmul", "add"], object), {"m": [1000, 4096], "n": [3000, 4096], "k": [512, 0]},
+                      [0.0, 3 * 4096**2 * 4], [4, 4], 128)
+    np.testing.assert_array_equal(many, [8 * 24, 3 * 4096**2 / 128**2])

@@ -20,7 +20,7 @@ from models.splits import grouped_kfold, held_out_shapes, leave_one_family_out
 from models.power_eval import TARGETS, make_surrogate, noise_floor, out_of_fold
 from tests.conftest import SHARED, run_cli, run_entry
 
-pytestmark = pytest.mark.skipif(not (SHARED / "hopper" / "h200_kernels.csv").exists(), reason="no shared H200 data")
+pytestmark = pytest.mark.shared_data
 CFG = OmegaConf.create({"seed": 0, "power_cap": 1.12,
                         "xgb": {"n_estimators": 200, "learning_rate": 0.08, "max_depth": 4, "min_child_weight": 3.0,
                                 "n_jobs": 1}})

@@ -50,6 +50,7 @@ This is a first simulator; it is deterministic and it is *not* a measurement (ba
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -58,14 +59,24 @@ from data.hardware import HardwareSpec
 from data.workloads import count_cost, validate
 
 
+def _or_one(value):
+    """An optional conv parameter (groups, dilation): missing, NaN or 0 (a feature frame's unused column) is 1;
+    elementwise over an array."""
+    if value is None or np.ndim(value) == 0:
+        return int(value) if isinstance(value, numbers.Number) and value == value and value != 0 else 1
+    value = np.asarray(value, float)
+    return np.where(np.isnan(value) | (value == 0), 1.0, value)
+
+
 def gemm_dims(op: str, p: dict) -> tuple[int, int, int, int] | None:
-    """``(batch, M, N, K)`` of the GEMM an op lowers to, or None for non-GEMM ops."""
+    """``(batch, M, N, K)`` of the GEMM an op lowers to, or None for non-GEMM ops; ``p`` holds ints (one workload)
+    or arrays (rows of one op)."""
     if op in ("matmul", "linear"):
         return 1, p["m"], p["n"], p["k"]
     if op == "bmm":
         return p["batch"], p["m"], p["n"], p["k"]
     if op == "conv2d":  # a grouped conv is ``groups`` independent GEMMs (depthwise: N = 1, K = kernel^2)
-        groups, dilation = (int(v) if v and v == v else 1 for v in (p.get("groups"), p.get("dilation")))
+        groups, dilation = _or_one(p.get("groups")), _or_one(p.get("dilation"))
         span = dilation * (p["kernel"] - 1) + 1
         h_out = (p["h"] + 2 * p["padding"] - span) // p["stride"] + 1
         w_out = (p["w"] + 2 * p["padding"] - span) // p["stride"] + 1
