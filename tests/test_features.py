@@ -184,3 +184,81 @@ def test_work_tiles_of_one_workload_and_of_arrays_agree():
     many = work_tiles(np.array(["matmul", "add"], object), {"m": [1000, 4096], "n": [3000, 4096], "k": [512, 0]},
                       [0.0, 3 * 4096**2 * 4], [4, 4], 128)
     np.testing.assert_array_equal(many, [8 * 24, 3 * 4096**2 / 128**2])
+
+
+# --- optional parameters and the ops added with them -----------------------------------------------------------
+NEW_OP_ROWS = [
+    {"op": "conv2d", "batch": 8, "c_in": 64, "c_out": 128, "h": 56, "w": 56, "kernel": 3, "stride": 1, "padding": 1},
+    {"op": "conv2d", "batch": 8, "c_in": 64, "c_out": 128, "h": 56, "w": 56, "kernel": 3, "stride": 1, "padding": 1,
+     "groups": 32},
+    {"op": "conv2d", "batch": 8, "c_in": 64, "c_out": 64, "h": 56, "w": 56, "kernel": 3, "stride": 1, "padding": 1,
+     "groups": 64},  # depthwise
+    {"op": "conv2d", "batch": 8, "c_in": 64, "c_out": 128, "h": 56, "w": 56, "kernel": 3, "stride": 1, "padding": 2,
+     "dilation": 2},
+    {"op": "sdpa", "batch": 4, "heads": 16, "seq_len": 1, "head_dim": 128, "causal": 0, "kv_len": 4096},
+    {"op": "sdpa", "batch": 4, "heads": 16, "seq_len": 512, "head_dim": 128, "causal": 1},
+    {"op": "max_pool2d", "batch": 8, "c_in": 64, "h": 112, "w": 112, "kernel": 3, "stride": 2, "padding": 1},
+    {"op": "avg_pool2d", "batch": 8, "c_in": 64, "h": 112, "w": 112, "kernel": 2, "stride": 2, "padding": 0},
+    {"op": "adaptive_avg_pool2d", "batch": 8, "c_in": 2048, "h": 7, "w": 7, "out_size": 1},
+    {"op": "batchnorm", "batch": 8, "c_in": 64, "h": 56, "w": 56},
+    {"op": "rmsnorm", "m": 4096, "n": 4096},
+    {"op": "embedding", "m": 2048, "n": 4096, "k": 32000},
+    {"op": "ewise", "m": 4096, "n": 4096, "inputs": 3},
+    {"op": "ewise", "m": 4096, "n": 4096, "inputs": 0},
+    *({"op": op, "m": 4096, "n": 4096} for op in ("copy", "silu", "sigmoid", "hardtanh")),
+]
+
+
+def test_new_ops_and_optional_params_equal_the_per_row_reference(featurizer, registry):
+    df = pd.DataFrame(NEW_OP_ROWS).assign(hardware="A100-SXM4-80GB", dtype="float16")
+    X = featurizer.transform(df)
+    pd.testing.assert_frame_equal(X, reference_features(registry, df), check_exact=False, rtol=1e-12, atol=0)
+    dense, grouped, depthwise = X.iloc[0], X.iloc[1], X.iloc[2]
+    # a grouped conv does 1/groups of the dense FLOPs; it is one GEMM per group (N = c_out / groups), so its 128x128
+    # tiles are 32 groups x ceil(8*56*56 / 128) x 1, not the dense 196 x 1
+    assert 2 ** grouped["log2_flops"] == pytest.approx((2 ** dense["log2_flops"] - 1) / 32 + 1)
+    assert 2 ** grouped["log2_waves_128"] == pytest.approx(np.ceil(32 * 196 / registry.get("A100-SXM4-80GB").sm_count))
+    assert depthwise["groups"] == 64 and dense["groups"] == 0 and dense["dilation"] == 0
+    assert X.loc[4, "kv_len"] == 4096 and X.loc[5, "kv_len"] == 0  # 0: at its default (kv_len = seq_len)
+
+
+@pytest.mark.parametrize("unset", [None, np.nan, 0, 1, "drop"])
+def test_an_optional_param_at_its_default_featurizes_as_the_row_without_it(featurizer, unset):
+    conv = {k: v for k, v in NEW_OP_ROWS[0].items()} | {"hardware": "H100-SXM"}
+    base = featurizer.transform(pd.DataFrame([conv]))
+    df = pd.DataFrame([conv | {"groups": 4}, conv])
+    if unset == "drop":
+        df = df.iloc[1:].drop(columns="groups")
+    else:
+        df = df.iloc[1:].assign(groups=unset, dilation=unset)
+    pd.testing.assert_frame_equal(featurizer.transform(df.reset_index(drop=True)), base)
+
+
+@pytest.mark.parametrize("row,msg", [
+    ({"groups": 3}, r"row 0: op 'conv2d': c_in 64 and c_out 128 must be multiples of groups 3"),
+    ({"groups": -4}, r"row 0: op 'conv2d': shape parameter 'groups' must be >= 1, got -4"),
+    ({"groups": 2.5}, r"row 0: op 'conv2d': shape parameter 'groups' must be an integer, got 2\.5"),
+    ({"groups": True}, r"must be an integer, got True \(a boolean\)"),
+    ({"dilation": 40}, r"row 0: op 'conv2d': dilated kernel span 81 larger than padded input h=56"),
+    ({"dilation": 2**63}, r"shape parameter 'dilation' = 9\.22e\+18 is beyond int64"),
+])
+def test_bad_optional_params_get_one_clear_error(featurizer, row, msg):
+    conv = NEW_OP_ROWS[0] | {"hardware": "H100-SXM"}
+    with pytest.raises(FeatureError, match=msg):
+        featurizer.transform(pd.DataFrame([conv | row], dtype=object))
+
+
+def test_power_featurizer_costs_a_grouped_conv_as_grouped(registry):
+    from data.backends.sim_roofline import SimRooflineBackend
+    from features.tabular import PowerFeaturizer
+
+    conv = {"op": "conv2d", "batch": 64, "c_in": 256, "c_out": 256, "h": 56, "w": 56, "kernel": 3, "stride": 1,
+            "padding": 1, "hardware": "H100-SXM", "dtype": "float16"}
+    X = PowerFeaturizer(registry).transform(pd.DataFrame([conv, conv | {"groups": 256}]))
+    sim = SimRooflineBackend(registry.get("H100-SXM"))
+    shape = {k: v for k, v in conv.items() if k not in ("op", "hardware", "dtype")}
+    assert X.loc[1, "analytical_runtime_ms"] == pytest.approx(
+        sim.runtime_s("conv2d", shape | {"groups": 256}, "float16") * 1e3)
+    # dense: 237 GFLOP in 2 waves of 128x128 tiles; depthwise: 256 GEMMs with N = 1, each paying a full 128-wide
+    # tile (1/128 tile efficiency), 1/256 of the FLOPs: about half the dense time, not the same
+    assert X.loc[1, "analytical_runtime_ms"] < X.loc[0, "analytical_runtime_ms"] / 1.5
