@@ -48,20 +48,22 @@ def roofline_s(flops, nbytes, peak_flops, bandwidth):
 TILES = (64, 128, 256)  # square output-tile edges for the wave features (cuBLAS/CUTLASS tiles span 64..256)
 
 
-def gemm_mn(op, params, groups=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(batch, M, N)`` of the GEMM each row lowers to (``data.backends.sim_roofline.gemm_dims``: matmul, bmm,
-    linear; conv2d as implicit GEMM), NaN for rows of other ops; ``params`` maps shape names to arrays, ``groups``
-    is ``pd.factorize(op)`` where the caller has it."""
+def gemm_mn(op, params, groups=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(batch, M, N, K)`` of the GEMM each row lowers to (``data.backends.sim_roofline.gemm_dims``: matmul, bmm,
+    linear; conv2d as implicit GEMM, one per group), NaN for rows of other ops; ``params`` maps shape names to
+    arrays (an optional parameter missing, NaN or 0 is its default), ``groups`` is ``pd.factorize(op)`` where the
+    caller has it."""
     op = np.asarray(op, object)
-    batch, m, n = (np.full(len(op), np.nan) for _ in range(3))
+    dims = tuple(np.full(len(op), np.nan) for _ in range(4))
     codes, names = groups if groups is not None else pd.factorize(op)
     for c, name in enumerate(names):
         if name in GEMM_OPS:
             rows = codes == c
-            dims = gemm_dims(name, with_defaults(name, {k: np.asarray(params[k], float)[rows]
-                                                        for k in OPS[name].names if k in params}))
-            batch[rows], m[rows], n[rows] = dims[0], dims[1], dims[2]
-    return batch, m, n
+            got = gemm_dims(name, with_defaults(name, {k: np.asarray(params[k], float)[rows]
+                                                       for k in OPS[name].names if k in params}))
+            for out, values in zip(dims, got):
+                out[rows] = values
+    return dims
 
 
 GEMM_OPS = ("matmul", "bmm", "linear", "conv2d")  # the ops gemm_dims lowers to a GEMM
@@ -83,7 +85,7 @@ def work_tiles(op, params, nbytes, dtype_bytes, tile: int) -> np.ndarray:
 
 
 def _tiles(gemm, nbytes, dtype_bytes, tile):
-    batch, m, n = gemm
+    batch, m, n = gemm[:3]
     return np.where(np.isnan(m), np.ceil(nbytes / dtype_bytes / tile**2),
                     batch * np.ceil(m / tile) * np.ceil(n / tile))
 
@@ -405,23 +407,29 @@ class PowerFeaturizer(TabularFeaturizer):
 
         df = self.check(workloads)  # once: the tabular columns and the power terms both read the checked frame
         X = self.features(df)
-        backends = {}
-        runtime_s, idle, tdp = [], [], []
-        for i, (op, dt, hw) in enumerate(zip(df["op"], df["dtype"], df["hardware"])):
-            if hw not in backends:
-                backends[hw] = SimRooflineBackend(self.registry.get(hw), **self.sim_options)
-            sim = backends[hw]
-            if sim.hardware.tdp_w is None:
-                raise FeatureError(f"row {i}: hardware {hw!r} has no tdp_w in its spec: no power prediction")
-            params = {p: df.at[i, p] for p in OPS[op].names}  # optional ones too: a grouped conv is not dense
-            runtime_s.append(sim.runtime_s(op, params, dt))
-            idle.append(sim.idle_power_w())
-            tdp.append(float(sim.hardware.tdp_w))
-        runtime_s = np.asarray(runtime_s, float)
+        hw_codes, hw_ids = _factorize(df["hardware"].to_numpy(object))
+        sims = [SimRooflineBackend(self.registry.get(hw), **self.sim_options) for hw in hw_ids]
+        no_tdp = np.isin(hw_codes, [c for c, sim in enumerate(sims) if sim.hardware.tdp_w is None])
+        if no_tdp.any():
+            i = int(np.argmax(no_tdp))
+            raise FeatureError(f"row {i}: hardware {df.at[i, 'hardware']!r} has no tdp_w in its spec: no power "
+                               "prediction")
+        # the simulator's runtime, vectorised per hardware (SimRooflineBackend.runtimes_s, the formula it uses for
+        # one workload): each row's GEMM (a grouped conv: one per group), its bytes and its dtype's peak
+        ops, dtypes = df["op"].to_numpy(object), df["dtype"].to_numpy(object)
+        gemm = gemm_mn(ops, {p: df[p].to_numpy(float) for p in SHAPE_PARAMS})
+        nbytes = X["tensor_bytes"].to_numpy()
+        runtime_s = np.empty(len(df))
+        for c, sim in enumerate(sims):
+            rows = np.flatnonzero(hw_codes == c)
+            dt_codes, dt_names = _factorize(dtypes[rows])
+            peak = np.array([sim.hardware.peak_flops(dt) for dt in dt_names], float)[dt_codes]
+            runtime_s[rows] = sim.runtimes_s(tuple(d[rows] for d in gemm), nbytes[rows], peak)
+        idle = np.array([sim.idle_power_w() for sim in sims], float)[hw_codes]
+        tdp = np.array([float(sim.hardware.tdp_w) for sim in sims], float)[hw_codes]
         peak = np.exp2(X["hw_log2_peak_flops"].to_numpy())
         bw = np.exp2(X["hw_log2_bandwidth"].to_numpy())
         flops = np.exp2(X["log2_flops"].to_numpy()) - 1
-        nbytes = np.exp2(X["log2_bytes"].to_numpy())
         u = utilisation(flops, nbytes, runtime_s, peak, bw)
         X["hw_tdp_w"] = tdp
         X["hw_idle_power_w"] = idle

@@ -262,3 +262,21 @@ def test_power_featurizer_costs_a_grouped_conv_as_grouped(registry):
     # dense: 237 GFLOP in 2 waves of 128x128 tiles; depthwise: 256 GEMMs with N = 1, each paying a full 128-wide
     # tile (1/128 tile efficiency), 1/256 of the FLOPs: about half the dense time, not the same
     assert X.loc[1, "analytical_runtime_ms"] < X.loc[0, "analytical_runtime_ms"] / 1.5
+
+
+def test_power_featurizer_runtime_equals_the_simulator_row_by_row(registry):
+    """The vectorised analytical runtime is the sim-roofline backend's, workload by workload, over every op, dtype
+    and GPU with a TDP (optional parameters drawn)."""
+    from data.backends.sim_roofline import SimRooflineBackend
+    from data.workloads import OPS
+    from features.tabular import PowerFeaturizer
+
+    df = mixed_workloads(registry, 600, seed=1)
+    df = df[[registry.get(h).tdp_w is not None for h in df["hardware"]]].reset_index(drop=True)
+    X = PowerFeaturizer(registry).transform(df)
+    sims = {s.id: SimRooflineBackend(s) for s in registry}
+    want = [sims[registry.get(r["hardware"]).id].runtime_s(r["op"], {k: r.get(k) for k in OPS[r["op"]].names},
+                                                           r["dtype"] if isinstance(r.get("dtype"), str) else "float32")
+            for r in df.to_dict("records")]
+    np.testing.assert_allclose(X["analytical_runtime_ms"], np.array(want) * 1e3, rtol=1e-12)
+    assert len(df) > 300 and df["op"].nunique() == len(OPS)

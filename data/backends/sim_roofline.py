@@ -49,7 +49,6 @@ This is a first simulator; it is deterministic and it is *not* a measurement (ba
 """
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
@@ -120,19 +119,23 @@ class SimRooflineBackend:
         self.idle_fraction = float(idle_fraction)
 
     def runtime_s(self, op: str, params: dict, dtype: str) -> float:
-        hw = self.hardware
         p = validate(op, params, dtype)
         _, nbytes = count_cost(op, p, dtype)
-        t_memory = nbytes / (hw.bandwidth_bytes_s * self.memory_efficiency)
-        t_compute = 0.0
         dims = gemm_dims(op, p)
-        if dims is not None:
-            batch, m, n, k = dims
-            tiles = batch * math.ceil(m / self.tile_m) * math.ceil(n / self.tile_n)
-            waves = math.ceil(tiles / hw.sm_count)
-            per_sm = hw.peak_flops(dtype) * self.compute_efficiency / hw.sm_count
-            t_compute = waves * (2.0 * self.tile_m * self.tile_n * k) / per_sm
-        return max(t_compute, t_memory) + self.launch_overhead_us * 1e-6
+        return float(self.runtimes_s((np.nan,) * 4 if dims is None else dims, nbytes, self.hardware.peak_flops(dtype)))
+
+    def runtimes_s(self, gemm, nbytes, peak_flops) -> np.ndarray:
+        """``max(t_compute, t_memory) + launch_overhead`` (module docstring) on this hardware, elementwise over
+        arrays: ``gemm`` = ``(batch, M, N, K)`` of each row's GEMM (NaN for a row that is no GEMM: no compute
+        term), ``nbytes`` its bytes, ``peak_flops`` the peak of its dtype."""
+        hw = self.hardware
+        batch, m, n, k = (np.asarray(d, float) for d in gemm)
+        t_memory = np.asarray(nbytes, float) / (hw.bandwidth_bytes_s * self.memory_efficiency)
+        tiles = batch * np.ceil(m / self.tile_m) * np.ceil(n / self.tile_n)
+        waves = np.ceil(tiles / hw.sm_count)
+        per_sm = np.asarray(peak_flops, float) * self.compute_efficiency / hw.sm_count
+        t_compute = np.where(np.isnan(m), 0.0, waves * (2.0 * self.tile_m * self.tile_n * k) / per_sm)
+        return np.maximum(t_compute, t_memory) + self.launch_overhead_us * 1e-6
 
     def idle_power_w(self) -> float | None:
         hw = self.hardware
