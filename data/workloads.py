@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -284,38 +285,51 @@ OPS: dict[str, OpSpec] = {
 
 
 def validate(op: str, params: Mapping[str, object], dtype: str = "float32") -> dict[str, int]:
-    """Return the op's shape parameters as plain ints, or raise :class:`WorkloadError` naming the problem."""
-    if op not in OPS:
-        raise WorkloadError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
-    if dtype not in DTYPES:
-        raise WorkloadError(f"unknown dtype {dtype!r}; known dtypes: {', '.join(DTYPES)}")
-    out: dict[str, int] = {}
-    for name in OPS[op].params:
-        value = params.get(name)
-        try:
-            missing = value is None or value != value  # None or NaN
-            ivalue = int(value) if not missing else 0
-        except (TypeError, ValueError):
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}") from None
-        if missing:
-            raise WorkloadError(f"op {op!r} needs shape parameter {name!r} (needs {', '.join(OPS[op].params)})")
-        if ivalue != value and float(value) != ivalue:
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}")
-        lowest = 0 if name in ZERO_OK else 1
-        if ivalue < lowest:
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be >= {lowest}, got {ivalue}")
-        out[name] = ivalue
-    out.update(_optional(op, params, out))
-    if op == "conv2d":
-        for side in ("h", "w"):
-            if out[side] + 2 * out["padding"] < out["kernel"]:
-                raise WorkloadError(f"op 'conv2d': kernel {out['kernel']} larger than padded input {side}={out[side]}")
-    _check_new_ops(op, out)
-    if "causal" in out and out["causal"] not in (0, 1):
-        raise WorkloadError(f"op {op!r}: shape parameter 'causal' must be 0 or 1, got {out['causal']}")
-    if op == "transformer" and out["width"] % out["heads"]:
-        raise WorkloadError(f"op 'transformer': width {out['width']} must be a multiple of heads {out['heads']}")
+    """Return the op's shape parameters as plain ints, or raise :class:`WorkloadError` naming the problem.
+
+    A thin wrapper around the one shape check (``data.costs.shape_problems``, which the featurizer runs over whole
+    frames): every shape parameter an integer (no booleans, NaN, inf or fractions; integer-valued text is read as
+    the integer) within int64, each tensor's element count and byte size within int64, and the op's own rules
+    (a kernel that fits, groups that divide the channels, pooling padding, ``ewise`` inputs, ...). One line per
+    problem, echoing at most ``data.costs.ECHO_CHARS`` characters of a value. Optional parameters: a missing,
+    NaN or 0 value is the default and a value equal to the default is dropped from the result.
+    """
+    import numpy as np
+
+    from data.costs import echo, first_problem, shape_problems  # data.costs imports this module
+
+    if not isinstance(op, str) or op not in OPS:
+        raise WorkloadError(f"unknown op {echo(op, 80)}; known ops: {', '.join(OPS)}")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise WorkloadError(f"unknown dtype {echo(dtype, 80)}; known dtypes: {', '.join(DTYPES)}")
+    spec = OPS[op]
+    raw = {}
+    for name in spec.names:
+        raw[name] = np.empty(1, object)
+        raw[name][0] = params.get(name)
+    values, problems = shape_problems(op, raw, 1, dtypes=np.array([dtype], object))
+    found = first_problem(problems)
+    if found is not None:
+        raise WorkloadError(found[1])
+    out = {name: _exact(raw[name][0], values[name][0]) for name in spec.params}
+    for name, default in spec.optional:
+        value = raw[name][0]
+        if _unset(value):
+            continue
+        ivalue = _exact(value, values[name][0])
+        if ivalue != 0 and ivalue != (out[default] if isinstance(default, str) else default):
+            out[name] = ivalue
     return out
+
+
+def _exact(value, approx: float) -> int:
+    """A validated value as an exact int (a float64 holds integers exactly only up to 2^53: 2**60 + 1 stays)."""
+    if isinstance(value, (numbers.Integral, str)):
+        try:
+            return int(value)
+        except ValueError:  # text such as "64.0"
+            pass
+    return int(approx)
 
 
 def _default(spec: OpSpec, name: str, values: Mapping[str, int]) -> int:
@@ -331,48 +345,6 @@ def _unset(value) -> bool:
         return bool(value != value or value == 0)
     except TypeError:
         return True
-
-
-def _optional(op: str, params: Mapping[str, object], required: Mapping[str, int]) -> dict[str, int]:
-    """The op's optional parameters that differ from their defaults (missing, NaN and 0 mean the default)."""
-    out: dict[str, int] = {}
-    for name, _ in OPS[op].optional:
-        value = params.get(name)
-        if _unset(value):
-            continue
-        try:
-            ivalue = int(value)
-        except (TypeError, ValueError):
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}") from None
-        if ivalue != value and float(value) != ivalue:
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be an integer, got {value!r}")
-        if ivalue < 1:
-            raise WorkloadError(f"op {op!r}: shape parameter {name!r} must be >= 1, got {ivalue}")
-        if ivalue != _default(OPS[op], name, required):
-            out[name] = ivalue
-    return out
-
-
-def _check_new_ops(op: str, p: Mapping[str, int]) -> None:
-    """Shape constraints of grouped / dilated conv, pooling and the generic elementwise op."""
-    if op == "conv2d":
-        groups, dilation = p.get("groups", 1), p.get("dilation", 1)
-        if p["c_in"] % groups or p["c_out"] % groups:
-            raise WorkloadError(f"op 'conv2d': c_in {p['c_in']} and c_out {p['c_out']} must be multiples of "
-                                f"groups {groups}")
-        span = dilation * (p["kernel"] - 1) + 1
-        for side in ("h", "w"):
-            if p[side] + 2 * p["padding"] < span:
-                raise WorkloadError(f"op 'conv2d': dilated kernel span {span} larger than padded input "
-                                    f"{side}={p[side]}")
-    if op in ("max_pool2d", "avg_pool2d"):
-        if 2 * p["padding"] > p["kernel"]:
-            raise WorkloadError(f"op {op!r}: padding {p['padding']} must be at most half the kernel {p['kernel']}")
-        for side in ("h", "w"):
-            if p[side] + 2 * p["padding"] < p["kernel"]:
-                raise WorkloadError(f"op {op!r}: kernel {p['kernel']} larger than padded input {side}={p[side]}")
-    if op == "ewise" and p["inputs"] > MAX_EWISE_INPUTS:
-        raise WorkloadError(f"op 'ewise': inputs must be 0..{MAX_EWISE_INPUTS}, got {p['inputs']}")
 
 
 def family(op: str) -> str:

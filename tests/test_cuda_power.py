@@ -68,12 +68,17 @@ def test_naive_unaligned_window_reads_worse(h200):
 
 
 def test_a_fast_counter_still_gets_a_long_enough_window():
+    """A counter that moves every 10 ms: the window still lasts >= 0.3 s. Its settle must cover the ~100 ms power
+    ramp (10 ticks here): one 10 ms tick opens the window while the board is still ramping up, and reads low."""
     gpu = FakeGpu(busy_power_w=300.0, idle_power_w=30.0, tick_s=0.01, tick_jitter_s=0.001)
-    power = NvmlPower(FakeNvml(gpu), ticks=4, min_window_s=0.3)
     with keep_busy(busy_launch(gpu)) as worker:
-        r = power.measure(worker)
+        r = NvmlPower(FakeNvml(gpu), ticks=4, settle_ticks=10, min_window_s=0.3).measure(worker)
     assert r.window_s >= 0.3 and r.ticks >= 29
     assert r.power_w == pytest.approx(300.0, rel=0.02)
+    gpu = FakeGpu(busy_power_w=300.0, idle_power_w=30.0, tick_s=0.01, tick_jitter_s=0.001)
+    with keep_busy(busy_launch(gpu)) as worker:
+        early = NvmlPower(FakeNvml(gpu), ticks=4, settle_ticks=1, min_window_s=0.3).measure(worker)
+    assert early.power_w < 0.97 * 300.0  # the ramp's missing energy (~30 ms x 270 W) over a 0.3 s window
 
 
 def test_an_idle_device_reads_idle_power():
@@ -84,14 +89,23 @@ def test_an_idle_device_reads_idle_power():
 
 
 def test_sampled_power_fallback_where_the_counter_is_missing():
-    gpu = FakeGpu(busy_power_w=250.0, idle_power_w=25.0, has_counter=False, power_limit_w=250.0)
-    power = NvmlPower(FakeNvml(gpu), sample_window_s=0.4, sample_interval_s=0.01, sample_settle_s=0.05)
-    assert power.has_energy_counter is False
-    with keep_busy(busy_launch(gpu)) as worker:
-        r = power.measure(worker)
+    """Without the energy counter, nvmlDeviceGetPowerUsage is sampled. Where that sensor averages over the last
+    second (NVML: Ampere and newer), samples taken in the first second of the work still hold idle time: the
+    sampling must settle for the sensor's window first (CudaBackend: sample_settle_s = 1.2 s)."""
+    def sampled(settle_s, sensor_window_s):
+        gpu = FakeGpu(busy_power_w=250.0, idle_power_w=25.0, has_counter=False, power_limit_w=250.0,
+                      sensor_window_s=sensor_window_s)
+        power = NvmlPower(FakeNvml(gpu), sample_window_s=0.3, sample_interval_s=0.01, sample_settle_s=settle_s)
+        assert power.has_energy_counter is False
+        with keep_busy(busy_launch(gpu)) as worker:
+            return power.measure(worker)
+
+    r = sampled(1.2, 1.0)
     assert r.method == "nvml_power_sampled" and r.ticks is None and r.energy_j is None
-    assert r.samples >= 20 and r.window_s >= 0.4
+    assert r.samples >= 15 and r.window_s >= 0.3
     assert r.power_w == pytest.approx(250.0, rel=0.02)
+    assert sampled(0.05, 1.0).power_w < 0.5 * 250.0  # the 1 s average still holds mostly idle time
+    assert sampled(0.2, 0.0).power_w == pytest.approx(250.0, rel=0.02)  # an instantaneous sensor (older boards)
 
 
 def test_throttled_and_over_limit_values_are_kept_and_flagged():
@@ -228,3 +242,75 @@ def test_a_kernel_that_cannot_be_captured_is_timed_eagerly_and_says_so(monkeypat
     monkeypatch.setattr(torch.cuda, "graph", refuse)
     t = time_calls(fake_cuda.kernel(10e-6), windows=3, min_window_ms=2)
     assert t.method == "cuda_events" and "graph capture failed" in t.note and t.runtime_ms > 0
+
+
+# --------------------------------------------------------------------------- CudaBackend.measure end to end, fake GPU
+@pytest.fixture
+def fake_h100(monkeypatch, registry):
+    """A fake H100 (tests/fake_cuda.py: tensors on cuda, roofline kernel times, 80 GiB allocator; the power ramp,
+    1 s sensor and 100 ms energy counter of tests/fake_nvml.py) installed as CUDA device 0."""
+    from tests import fake_cuda
+
+    gpu = FakeGpu(busy_power_w=TRUE_W, idle_power_w=IDLE_W, name="NVIDIA H100 80GB HBM3", power_limit_w=700.0)
+    with fake_cuda.installed(monkeypatch, fake_cuda.FakeCudaDevice.from_spec(registry.get("H100-SXM"), gpu)) as cuda:
+        yield cuda
+
+
+def fake_backend(cuda, registry, **kw):
+    # graph_threshold_us: a Python-dispatched fake launch costs ~0.05-0.5 ms of host time (with the machine's load)
+    # where a real one costs ~5 us, so the eager-vs-graph decision takes a threshold scaled up from the GPU's 30 us
+    # min_window_ms: each window pays one launch before the device has work (~0.1-0.3 ms of Python here)
+    return CudaBackend(windows=5, min_window_ms=50.0, graph_threshold_us=2000.0, registry=registry,
+                       nvml_power=NvmlPower(FakeNvml(cuda.gpu), ticks=3, settle_ticks=1), **kw)
+
+
+def test_cuda_backend_measures_a_matmul_end_to_end_on_a_fake_gpu(fake_h100, registry):
+    spec = registry.get("H100-SXM")
+    row = fake_backend(fake_h100, registry).measure(
+        {"op": "matmul", "params": {"m": 16384, "n": 16384, "k": 16384}, "dtype": "float16"})
+    assert row["status"] == "ok", row["error"]
+    assert row["hardware"] == "H100-SXM" and row["flops"] == 2 * 16384**3
+    # runtime: the fake's kernel (launch latency + FLOPs / fp16 peak), the worker's launches overlapping it
+    truth_ms = (fake_h100.latency_s + 2 * 16384**3 / spec.peak_flops("float16")) * 1e3  # 8.9 ms
+    assert row["timing_method"] == "cuda_events" and truth_ms * 0.999 < row["runtime_ms"] < truth_ms * 1.03
+    assert row["peak_mem_bytes"] == 3 * 16384**2 * 2  # A, B and the output: what the allocator saw at its peak
+    # power: the board draws TRUE_W while busy; a tick-aligned window is exact up to its two edges' poll gaps
+    env = json.loads(row["env"])
+    promise = env["edge_gap_ms"] * 1e-3 / env["power_window_s"] + 0.01
+    assert abs(row["power_w"] - TRUE_W) / TRUE_W < promise, (row["power_w"], promise)
+    assert env["power_window_busy_fraction"] > 0.95 and env["counter_ticks"] >= 3
+    assert row["energy_j"] == pytest.approx(row["power_w"] * row["runtime_ms"] * 1e-3)
+    assert row["power_method"] == "nvml_energy_counter" and row["throttled"] is False
+
+
+def test_cuda_backend_graphs_short_kernels_on_a_fake_gpu(fake_h100, registry):
+    spec = registry.get("H100-SXM")
+    row = fake_backend(fake_h100, registry, power=False).measure(
+        {"op": "add", "params": {"m": 8, "n": 64}, "dtype": "float32"})
+    truth_ms = (fake_h100.latency_s + 3 * 8 * 64 * 4 / spec.bandwidth_bytes_s) * 1e3
+    assert row["status"] == "ok" and row["timing_method"] == "cuda_graph"
+    assert row["runtime_ms"] == pytest.approx(truth_ms, rel=0.05) and row["power_w"] is None
+    assert json.loads(row["env"])["eager_estimate_us"] > 3 * truth_ms * 1e3  # eager launches starve the device
+
+
+def test_out_of_memory_on_a_fake_gpu_is_an_error_row_and_the_device_recovers(fake_h100, registry):
+    backend = fake_backend(fake_h100, registry)
+    row = backend.measure({"op": "matmul", "params": {"m": 200_000, "n": 200_000, "k": 8}, "dtype": "float32"})
+    assert row["status"] == "error" and row["runtime_ms"] is None and row.get("power_w") is None
+    assert row["error"].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 149.01 GiB. GPU 0 has a "
+                                   "total capacity of 80.00 GiB")
+    assert fake_h100.allocated == 0  # the inputs were freed with the failed workload
+    ok = backend.measure({"op": "gelu", "params": {"m": 1024, "n": 1024}, "dtype": "float16"})
+    assert ok["status"] == "ok" and ok["peak_mem_bytes"] == 2 * 1024 * 1024 * 2
+
+
+def test_sampled_power_through_the_backend_settles_for_the_sensor_average(fake_h100, registry):
+    """A board without the energy counter whose sensor averages over 1 s: CudaBackend's default settle reads it."""
+    fake_h100.gpu.has_counter = False
+    backend = fake_backend(fake_h100, registry, sample_window_s=0.3)
+    backend._nvml = NvmlPower(FakeNvml(fake_h100.gpu), **backend.power_kw)  # its own settings, the fake's NVML
+    assert backend.power_kw["sample_settle_s"] == 1.2
+    row = backend.measure({"op": "matmul", "params": {"m": 4096, "n": 4096, "k": 4096}, "dtype": "float16"})
+    assert row["status"] == "ok" and row["power_method"] == "nvml_power_sampled"
+    assert json.loads(row["env"])["power_window_busy_fraction"] > 0.95
+    assert row["power_w"] == pytest.approx(TRUE_W, rel=0.03)

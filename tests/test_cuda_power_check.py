@@ -10,7 +10,7 @@ from tests.conftest import ROOT, SHARED
 
 H200 = SHARED / "hopper" / "h200_kernels.csv"
 SCRIPT = ROOT / "benchmarks" / "cuda_power_check.py"
-needs_file = pytest.mark.skipif(not H200.exists(), reason="../shared/data/hopper/h200_kernels.csv not present")
+needs_file = pytest.mark.shared_data
 
 
 def run(*args):

@@ -34,7 +34,7 @@ def test_registry_json_roundtrip(registry):
     assert again.get("L4") == registry.get("L4")
 
 
-@pytest.mark.skipif(not (SHARED / "neusight").exists(), reason="../shared/data not present")
+@pytest.mark.shared_data
 def test_specs_agree_with_neusight_device_configs(registry):
     """Every NeuSight device config maps onto a registry GPU whose bandwidth and memory agree within 10%."""
     files = sorted((SHARED / "neusight" / "device_configs").glob("*.json"))

@@ -10,7 +10,7 @@ from data.importers import DatasetError
 from data.schema import COLUMNS
 from tests.conftest import SHARED, run_entry
 
-pytestmark = pytest.mark.skipif(not (SHARED / "hopper").exists(), reason="../shared/data not present")
+pytestmark = pytest.mark.shared_data
 
 NEUSIGHT_OBSERVED = ["Kernel Name", "Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z",
                      "Block x", "Block y", "Block z", "Kernels"]

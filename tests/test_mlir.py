@@ -222,6 +222,7 @@ def test_cli_predicts_an_mlir_file_kernel_by_kernel(tiny_run, exported, tmp_path
     assert proc.returncode == 2 and proc.stderr.strip() == "costmodel: error: linear.mlir: a .mlir input needs --hardware"
 
 
+@pytest.mark.shared_data
 def test_wa_hls4ml_rows_encode_as_layer_chains():
     from tests.conftest import SHARED
 

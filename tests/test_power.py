@@ -21,7 +21,7 @@ from pipelines.experiment import Target, pooled
 from pipelines.report import in_row_order
 from tests.conftest import ROOT, SHARED, run_cli, run_entry
 
-pytestmark = pytest.mark.skipif(not (SHARED / "hopper" / "h200_kernels.csv").exists(), reason="no shared H200 data")
+pytestmark = pytest.mark.shared_data
 CFG = OmegaConf.create({"seed": 0, "power_cap": 1.12,
                         "xgb": {"n_estimators": 200, "learning_rate": 0.08, "max_depth": 4, "min_child_weight": 3.0,
                                 "n_jobs": 1}})

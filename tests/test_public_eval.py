@@ -92,6 +92,7 @@ def test_few_shot_scaled_error_by_hand():
 
 # --- splits never leak groups (real rows) -------------------------------------------------------------------
 
+@pytest.mark.shared_data
 def test_leave_one_gpu_out_and_shapes_never_leak(neusight_small):
     rows = neusight_small.reset_index(drop=True)
     gpus = sorted(rows["hardware"].unique())
@@ -107,6 +108,7 @@ def test_leave_one_gpu_out_and_shapes_never_leak(neusight_small):
     assert not set(rows["shape_id"].iloc[tr]) & set(rows["shape_id"].iloc[te])
 
 
+@pytest.mark.shared_data
 def test_fpga_splits_never_leak(wa):
     tr, te = held_out_layer_shapes(wa, 0.25, seed=0)
     key = list(zip(wa["k"], wa["n"]))
@@ -119,6 +121,7 @@ def test_fpga_splits_never_leak(wa):
         held_out_precision(wa, 10, (99,))
 
 
+@pytest.mark.shared_data
 def test_few_shot_transfer_split(registry):
     rows = import_kerneltuner(SHARED, registry=registry, kernels=("convolution_milo",), max_configs_per_file=50)
     rows = rows[rows["status"] == "ok"].reset_index(drop=True)
@@ -133,6 +136,7 @@ def test_few_shot_transfer_split(registry):
 
 # --- bounded FPGA predictions -------------------------------------------------------------------------------
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("cls", [RandomForestModel, XGBoostModel])
 def test_one_multi_target_model_bounded_within_part(wa, registry, cls):
     ok = wa[wa["status"] == "ok"].reset_index(drop=True)
@@ -160,6 +164,7 @@ def test_one_multi_target_model_bounded_within_part(wa, registry, cls):
 # --- the entry point, tiny ----------------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.shared_data
 def test_entry_point_tiny_all_datasets(tmp_path):
     """One Hydra multirun over the three datasets (tiny=true), one shared sqlite store."""
     proc = run_entry("pipelines.evaluate", "-m", "dataset=neusight,kerneltuner,wa_hls4ml", "tiny=true",

@@ -132,3 +132,22 @@ def test_optional_params_accept_pandas_missing_values():
 
     row = pd.DataFrame([CONV]).astype("Int64").assign(groups=pd.NA, dilation=pd.NA).astype("Int64").iloc[0]
     assert validate("conv2d", row.to_dict()) == CONV and shape_id("conv2d", row.to_dict()) == shape_id("conv2d", CONV)
+
+
+def test_importers_finish_costs_optional_params():
+    """Imported rows are costed and grouped by every parameter the op reads: a grouped conv is not a dense one, an
+    optional parameter at its default (1, NaN) is the row without it."""
+    import pandas as pd
+
+    from data.importers import finish
+
+    rows = [CONV | {"groups": 4}, CONV | {"groups": 1}, CONV | {"groups": float("nan")}, CONV,
+            {"batch": 2, "heads": 4, "seq_len": 1, "head_dim": 8, "causal": 0, "kv_len": 64}]
+    ops = ["conv2d"] * 4 + ["sdpa"]
+    out = finish(pd.DataFrame(rows).assign(op=ops, dtype="float32", hardware="H100-SXM", runtime_ms=1.0),
+                 source="test", env={})
+    assert out["flops"].tolist() == [count_cost(op, r, "float32")[0] for op, r in zip(ops, rows)]
+    assert out["bytes"].tolist() == [count_cost(op, r, "float32")[1] for op, r in zip(ops, rows)]
+    assert out.loc[0, "flops"] == count_cost("conv2d", CONV, "float32")[0] / 4
+    assert out.loc[4, "flops"] == 4 * 2 * 4 * 1 * 64 * 8
+    assert out.loc[0, "shape_id"] != out.loc[1, "shape_id"] == out.loc[2, "shape_id"] == out.loc[3, "shape_id"]

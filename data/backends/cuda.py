@@ -18,7 +18,9 @@ Per workload (``measure``), on the GPU the backend was made for:
    back to back, 10-15 ms of work queued at all times (CUDA-event fences), while this thread polls NVML's
    total-energy counter and averages power between two counter ticks ``power_ticks`` apart
    (``nvml_energy_counter``), or samples ``nvmlDeviceGetPowerUsage`` where the counter is missing
-   (``nvml_power_sampled``). SM/memory clocks and temperature are sampled inside that window.
+   (``nvml_power_sampled``), after ``sample_settle_s`` (1.2 s: NVML averages that reading over the last second on
+   Ampere and newer boards, so earlier samples still hold the time before the work started). SM/memory clocks
+   and temperature are sampled inside that window.
 5. **Energy per call** = ``power_w`` (NVML, step 4) x ``runtime_ms`` (CUDA events, step 3): the two
    measured quantities; energy is derived, never measured separately.
 
@@ -232,7 +234,7 @@ class CudaBackend:
                  max_calls_per_graph: int = 1000, warmup: int = 3, power: bool = True,
                  power_ticks: int = 4, settle_ticks: int = 1, min_power_window_s: float = 0.3,
                  poll_interval_ms: float = 0.5,
-                 sample_window_s: float = 1.0, source: str = "cuda-sweep",
+                 sample_window_s: float = 1.0, sample_settle_s: float = 1.2, source: str = "cuda-sweep",
                  registry: HardwareRegistry | None = None, nvml_power: NvmlPower | None = None):
         self.device_index = int(device_index)
         self.timing_kw = dict(windows=int(windows), min_window_ms=float(min_window_ms), graph=graph,
@@ -241,7 +243,8 @@ class CudaBackend:
         self.power = bool(power)
         self.power_kw = dict(ticks=int(power_ticks), settle_ticks=int(settle_ticks),
                              min_window_s=float(min_power_window_s),
-                             poll_interval_s=float(poll_interval_ms) * 1e-3, sample_window_s=float(sample_window_s))
+                             poll_interval_s=float(poll_interval_ms) * 1e-3, sample_window_s=float(sample_window_s),
+                             sample_settle_s=float(sample_settle_s))
         self.source = source
         self._registry = registry
         self._nvml = nvml_power

@@ -49,7 +49,7 @@ This is a first simulator; it is deterministic and it is *not* a measurement (ba
 """
 from __future__ import annotations
 
-import math
+import numbers
 
 import numpy as np
 
@@ -58,14 +58,24 @@ from data.hardware import HardwareSpec
 from data.workloads import count_cost, validate
 
 
+def _or_one(value):
+    """An optional conv parameter (groups, dilation): missing, NaN or 0 (a feature frame's unused column) is 1;
+    elementwise over an array."""
+    if value is None or np.ndim(value) == 0:
+        return int(value) if isinstance(value, numbers.Number) and value == value and value != 0 else 1
+    value = np.asarray(value, float)
+    return np.where(np.isnan(value) | (value == 0), 1.0, value)
+
+
 def gemm_dims(op: str, p: dict) -> tuple[int, int, int, int] | None:
-    """``(batch, M, N, K)`` of the GEMM an op lowers to, or None for non-GEMM ops."""
+    """``(batch, M, N, K)`` of the GEMM an op lowers to, or None for non-GEMM ops; ``p`` holds ints (one workload)
+    or arrays (rows of one op)."""
     if op in ("matmul", "linear"):
         return 1, p["m"], p["n"], p["k"]
     if op == "bmm":
         return p["batch"], p["m"], p["n"], p["k"]
     if op == "conv2d":  # a grouped conv is ``groups`` independent GEMMs (depthwise: N = 1, K = kernel^2)
-        groups, dilation = (int(v) if v and v == v else 1 for v in (p.get("groups"), p.get("dilation")))
+        groups, dilation = _or_one(p.get("groups")), _or_one(p.get("dilation"))
         span = dilation * (p["kernel"] - 1) + 1
         h_out = (p["h"] + 2 * p["padding"] - span) // p["stride"] + 1
         w_out = (p["w"] + 2 * p["padding"] - span) // p["stride"] + 1
@@ -109,19 +119,23 @@ class SimRooflineBackend:
         self.idle_fraction = float(idle_fraction)
 
     def runtime_s(self, op: str, params: dict, dtype: str) -> float:
-        hw = self.hardware
         p = validate(op, params, dtype)
         _, nbytes = count_cost(op, p, dtype)
-        t_memory = nbytes / (hw.bandwidth_bytes_s * self.memory_efficiency)
-        t_compute = 0.0
         dims = gemm_dims(op, p)
-        if dims is not None:
-            batch, m, n, k = dims
-            tiles = batch * math.ceil(m / self.tile_m) * math.ceil(n / self.tile_n)
-            waves = math.ceil(tiles / hw.sm_count)
-            per_sm = hw.peak_flops(dtype) * self.compute_efficiency / hw.sm_count
-            t_compute = waves * (2.0 * self.tile_m * self.tile_n * k) / per_sm
-        return max(t_compute, t_memory) + self.launch_overhead_us * 1e-6
+        return float(self.runtimes_s((np.nan,) * 4 if dims is None else dims, nbytes, self.hardware.peak_flops(dtype)))
+
+    def runtimes_s(self, gemm, nbytes, peak_flops) -> np.ndarray:
+        """``max(t_compute, t_memory) + launch_overhead`` (module docstring) on this hardware, elementwise over
+        arrays: ``gemm`` = ``(batch, M, N, K)`` of each row's GEMM (NaN for a row that is no GEMM: no compute
+        term), ``nbytes`` its bytes, ``peak_flops`` the peak of its dtype."""
+        hw = self.hardware
+        batch, m, n, k = (np.asarray(d, float) for d in gemm)
+        t_memory = np.asarray(nbytes, float) / (hw.bandwidth_bytes_s * self.memory_efficiency)
+        tiles = batch * np.ceil(m / self.tile_m) * np.ceil(n / self.tile_n)
+        waves = np.ceil(tiles / hw.sm_count)
+        per_sm = np.asarray(peak_flops, float) * self.compute_efficiency / hw.sm_count
+        t_compute = np.where(np.isnan(m), 0.0, waves * (2.0 * self.tile_m * self.tile_n * k) / per_sm)
+        return np.maximum(t_compute, t_memory) + self.launch_overhead_us * 1e-6
 
     def idle_power_w(self) -> float | None:
         hw = self.hardware

@@ -26,6 +26,7 @@ import pandas as pd
 
 from data.schema import validate
 from data.workloads import OPS, SHAPE_PARAMS, count_cost, family, shape_id
+from data.workloads import validate as validate_workload
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = REPO.parent / "shared" / "data"
@@ -78,13 +79,15 @@ def finish(df: pd.DataFrame, *, source: str, env: dict, meta: list[dict] | None 
         if p not in df.columns:
             df[p] = None
     shapes = df[list(SHAPE_PARAMS)].to_dict("records")
-    keys = [(op, tuple((p, int(row[p])) for p in OPS[op].params), dt)
+    # every parameter the op reads, optional ones too (a grouped conv is not costed as a dense one); missing = None
+    keys = [(op, tuple((p, None if pd.isna(row[p]) else row[p]) for p in OPS[op].names), dt)
             for op, dt, row in zip(df["op"], df["dtype"], shapes)]
-    costs = {k: count_cost(k[0], dict(k[1]), k[2]) for k in dict.fromkeys(keys)}
-    ids = {(k[0], k[1]): shape_id(k[0], dict(k[1])) for k in dict.fromkeys(keys)}
+    shape = {k: validate_workload(k[0], dict(k[1]), k[2]) for k in dict.fromkeys(keys)}  # defaults dropped
+    costs = {k: count_cost(k[0], p, k[2]) for k, p in shape.items()}
+    ids = {k: shape_id(k[0], p) for k, p in shape.items()}
     df["flops"] = [costs[k][0] for k in keys]
     df["bytes"] = [costs[k][1] for k in keys]
-    df["shape_id"] = [ids[(k[0], k[1])] for k in keys]
+    df["shape_id"] = [ids[k] for k in keys]
     df["family"] = [family(op) for op in df["op"]]
     df["backend"] = "import"
     df["source"] = source
