@@ -7,7 +7,8 @@ efficiency was only ever checked inside it. So every prediction carries
   seen in training, and the hardware's spec position (log2 peak FLOP/s of the math mode, bandwidth, SMs, L2)
   inside the span of the training hardware;
 * ``domain_distance`` (float, 0 inside): the sum of how far each is outside, in comparable units: a continuous
-  feature's excess over its training range in training standard deviations, 1 per unseen category, and the
+  feature's excess over its training range in units of max(its training std, 1) (features are log2 counts or
+  fractions: one octave / the whole [0, 1] range at least), 1 per unseen category, and the
   hardware's excess in octaves (1 = twice the largest bandwidth / FLOP/s / SMs / L2 seen, or half the smallest);
 * ``domain_reason``: the largest contributor, e.g. ``hw_log2_bandwidth +1.63`` (empty inside);
 * ``hardware_seen``: the hardware's spec position equals one of the training hardware's (rows of it were fitted).
@@ -46,7 +47,7 @@ class Domain:
         self.unseen_ = [f for f in self.categorical_ if not np.any(X[f].to_numpy() == 1)]  # never 1 in training
         cont = [f for f, b in zip(self.features, binary) if not b]
         C = X[cont].to_numpy(float)
-        self.continuous_ = {f: (float(lo), float(hi), float(max(sd, 1e-3)))
+        self.continuous_ = {f: (float(lo), float(hi), float(max(sd, 1.0)))
                             for f, lo, hi, sd in zip(cont, C.min(axis=0), C.max(axis=0), C.std(axis=0))}
         H = X[self.hardware].to_numpy(float)
         self.hardware_span_ = {h: (float(H[:, j].min()), float(H[:, j].max())) for j, h in enumerate(self.hardware)}
