@@ -1,14 +1,15 @@
 """Extrapolation checks (a)-(f) of ``models.extrapolation``: the physics model beside the baselines, same rows.
 
     python benchmarks/extrapolation.py --check a|b|c|d|e|f|all [--models physics,xgb,rf,xgb_residual,roofline]
-        [--fast] [--draws 3] [--cache outputs/extrapolation] [--sources neusight,hopper[,deepbench]]
+        [--fast] [--sample-rows N] [--draws 3] [--cache outputs/extrapolation] [--sources neusight,hopper[,deepbench]]
 
 Imports the public datasets once (NeuSight 151k rows, the H200 set; ``--sources`` adds DeepBench where its
 importer exists), featurizes them once (``features.physics`` for the physics model, ``features.tabular`` for the
 baselines) and caches rows and frames as parquet under ``--cache``. Models come from ``conf/model/<name>.yaml``
 (seed 0, one thread); ``--fast`` shrinks the baselines (rf 100 trees, xgb / xgb_residual 300 rounds) for a quicker
-run and says so. Prints MAPE / MedAPE per GPU, per op family (and per dtype), the physics model's in-domain share
-and interval coverage, the goal of each check, and writes every result to ``<cache>/results_<check>.json``.
+run and says so; ``--sample-rows N`` keeps N random NeuSight rows (every model sees the same rows). Prints MAPE /
+MedAPE per GPU, per op family (and per dtype), the physics model's in-domain share and interval coverage, the goal
+of each check, and writes every result to ``<cache>/results_<check>.json``.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import numpy as np
 import pandas as pd
 
 GOALS = {"a": "MAPE <= 10% and no op family above 15%", "b": "worst GPU MAPE <= 10%", "c": "MAPE <= 10%",
@@ -133,6 +135,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=str(ROOT / "outputs" / "extrapolation"))
     ap.add_argument("--draws", type=int, default=3, help="random k-row draws per GPU in check f")
     ap.add_argument("--fast", action="store_true", help="smaller baselines (rf 100 trees, xgb 300 rounds)")
+    ap.add_argument("--sample-rows", type=int, default=None,
+                    help="keep this many NeuSight rows (seeded random sample; other sources stay whole)")
     args = ap.parse_args(argv)
     from data.hardware import HardwareRegistry
     from models.extrapolation import CHECKS, NAMES, run_check
@@ -153,8 +157,15 @@ def main(argv=None) -> int:
     registry = HardwareRegistry.from_dir()
     rows = load_rows(sources, cache)
     frames = load_frames(rows, sources, cache, registry)
+    if args.sample_rows:
+        neusight = np.flatnonzero(rows["source"].str.startswith("neusight").to_numpy())
+        drop = np.random.default_rng(0).permutation(neusight)[args.sample_rows:]
+        keep = np.setdiff1d(np.arange(len(rows)), drop)
+        rows = rows.iloc[keep].reset_index(drop=True)
+        frames = {k: v.iloc[keep].reset_index(drop=True) for k, v in frames.items()}
     print(f"rows: {len(rows)} ({', '.join(f'{h} {n}' for h, n in rows['hardware'].value_counts().sort_index().items())})"
-          f"; models: {', '.join(names)}{' (--fast)' if args.fast else ''}", flush=True)
+          f"; models: {', '.join(names)}{' (--fast)' if args.fast else ''}"
+          f"{f'; NeuSight sampled to {args.sample_rows} rows' if args.sample_rows else ''}", flush=True)
     for check in checks:
         t0 = time.perf_counter()
         results = run_check(check, rows, frames, candidates(names, args.fast), registry, draws=args.draws)
@@ -164,7 +175,8 @@ def main(argv=None) -> int:
             print(f"  {r['model']}{k}  ({r['seconds']:.0f} s)\n{table(r)}")
         print("\n".join(verdict(check, results)), flush=True)
         (cache / f"results_{check}.json").write_text(json.dumps(
-            {"check": check, "goal": GOALS[check], "fast": args.fast, "sources": sources, "results": results},
+            {"check": check, "goal": GOALS[check], "fast": args.fast, "sources": sources,
+             "sample_rows": args.sample_rows, "results": results},
             indent=1))
     return 0
 
