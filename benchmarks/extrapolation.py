@@ -9,7 +9,8 @@ baselines) and caches rows and frames as parquet under ``--cache``. Models come 
 (seed 0, one thread); ``--fast`` shrinks the baselines (rf 100 trees, xgb / xgb_residual 300 rounds) for a quicker
 run and says so; ``--sample-rows N`` keeps N random NeuSight rows (every model sees the same rows). Prints MAPE /
 MedAPE per GPU, per op family (and per dtype), the physics model's in-domain share and interval coverage, the goal
-of each check, and writes every result to ``<cache>/results_<check>.json``.
+of each check, and writes every result to ``<cache>/results_<check>.json`` and a markdown table to
+``<cache>/results_<check>.md`` (the tables of ``docs/extrapolation.md``).
 """
 from __future__ import annotations
 
@@ -104,6 +105,23 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(check: str, results: list[dict]) -> str:
+    """One markdown table per check: a row per model (and k), MAPE / MedAPE overall, MAPE per GPU, family, dtype."""
+    scopes = []
+    for r in results:
+        scopes += [s for s in r["metrics"] if s != "all" and s not in scopes]
+    head = ["model", "all MAPE / MedAPE", *[s.split(":", 1)[1] for s in scopes], "in domain", "covered"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        m = r["metrics"]
+        name = r["model"] + (f", k = {r['k']}" if r["k"] is not None else "")
+        cells = [name, f"{m['all']['mape']:.1f} / {m['all']['medape']:.1f}"]
+        cells += [f"{m[s]['mape']:.1f}" if s in m else "" for s in scopes]
+        cells += [f"{m['all'][c]:.2f}" if c in m["all"] else "" for c in ("in_domain", "covered")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def verdict(check: str, results: list[dict]) -> list[str]:
     from models.extrapolation import worst
 
@@ -174,6 +192,7 @@ def main(argv=None) -> int:
             k = f", k = {r['k']}" if r["k"] is not None else ""
             print(f"  {r['model']}{k}  ({r['seconds']:.0f} s)\n{table(r)}")
         print("\n".join(verdict(check, results)), flush=True)
+        (cache / f"results_{check}.md").write_text(markdown(check, results) + "\n")
         (cache / f"results_{check}.json").write_text(json.dumps(
             {"check": check, "goal": GOALS[check], "fast": args.fast, "sources": sources,
              "sample_rows": args.sample_rows, "results": results},
