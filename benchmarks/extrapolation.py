@@ -155,6 +155,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fast", action="store_true", help="smaller baselines (rf 100 trees, xgb 300 rounds)")
     ap.add_argument("--sample-rows", type=int, default=None,
                     help="keep this many NeuSight rows (seeded random sample; other sources stay whole)")
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite results_<check>.md from the results_<check>.json already in --cache")
     args = ap.parse_args(argv)
     from data.hardware import HardwareRegistry
     from models.extrapolation import CHECKS, NAMES, run_check
@@ -171,6 +173,13 @@ def main(argv=None) -> int:
         return 2
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
+    if args.render:
+        for check in checks:
+            saved = cache / f"results_{check}.json"
+            if saved.exists():
+                (cache / f"results_{check}.md").write_text(markdown(check, json.loads(saved.read_text())["results"]) + "\n")
+                print(f"wrote {cache / f'results_{check}.md'}")
+        return 0
     sources = [s.strip() for s in args.sources.split(",")]
     registry = HardwareRegistry.from_dir()
     rows = load_rows(sources, cache)
