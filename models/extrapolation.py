@@ -33,6 +33,7 @@ CHECKS = ("a", "b", "c", "d", "e", "f")
 NAMES = {"a": "faster_gpu", "b": "leave_one_gpu_out", "c": "leave_fastest_out", "d": "large_shapes", "e": "dtypes",
          "f": "few_shot"}
 FEW_SHOT_K = (10, 30, 100)
+LONG_MS = 0.1
 
 
 @dataclass
@@ -126,16 +127,22 @@ def folds_for(check: str, rows: pd.DataFrame, registry) -> list[Fold]:
 
 # --- scoring ------------------------------------------------------------------------------------------------
 def scoped_metrics(rows: pd.DataFrame, y, pred, extra: pd.DataFrame | None = None) -> dict[str, dict]:
-    """MAPE / MedAPE (``models.evaluate.regression_metrics``) for all rows, per hardware, per op family and per
-    (hardware, dtype) when several dtypes; ``extra`` (e.g. ``in_domain``, ``covered``) adds their mean per scope."""
+    """MAPE / MedAPE (``models.evaluate.regression_metrics``) for all rows, per hardware, per op family, per dtype
+    when several, and for the rows measured at >= ``LONG_MS``; ``extra`` (e.g. ``in_domain``, ``covered``) adds
+    their mean per scope."""
     y, pred = np.asarray(y, float), np.asarray(pred, float)
     scopes = [("all", np.ones(len(rows), bool))]
     scopes += [(f"hardware:{h}", (rows["hardware"] == h).to_numpy()) for h in sorted(rows["hardware"].unique())]
     scopes += [(f"family:{f}", (rows["family"] == f).to_numpy()) for f in sorted(rows["family"].unique())]
     if rows["dtype"].nunique() > 1:
         scopes += [(f"dtype:{d}", (rows["dtype"] == d).to_numpy()) for d in sorted(rows["dtype"].unique())]
+    # a diagnostic by the measured runtime: kernels of 0.1 ms and more, where a harness's launch floor (7-50 us per
+    # call, which no spec sheet gives) is a small part of the time
+    scopes.append((f"runtime:>={LONG_MS}ms", y >= LONG_MS))
     out = {}
     for scope, m in scopes:
+        if not m.any():
+            continue
         metrics = {k: v for k, v in regression_metrics(y[m], pred[m]).items() if k in ("n", "mape", "medape")}
         if extra is not None:
             metrics.update({c: float(np.mean(extra.loc[m, c].to_numpy(float))) for c in extra.columns})
