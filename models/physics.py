@@ -42,6 +42,7 @@ from features.physics import (
     FEATURES,
     HARDWARE,
     HARDWARE_IDENTITY,
+    MODES,
     PhysicsFeaturizer,
 )
 from models.base import CostModel, check_targets
@@ -283,8 +284,9 @@ class PhysicsModel(CostModel):
     def _calibrate_intervals(self, X: pd.DataFrame, y: np.ndarray) -> dict | None:
         """Out-of-fold scores and domain distances from sub-models (module ``models.domain``), then the widening.
 
-        Folds: 20% of the shapes held out; each hardware held out (if there are several); the 10% largest shapes
-        (by physics time on their hardware) held out. Sub-models see at most ``interval_max_rows`` rows."""
+        Folds: 20% of the shapes held out; each hardware held out (if there are several); each math mode held out
+        (if there are several); the 10% largest shapes (FLOPs + bytes) held out. Sub-models see at most
+        ``interval_max_rows`` rows."""
         rng = np.random.default_rng(self.random_state)
         shapes, hw = shape_keys(X), hardware_keys(X)
         folds = []
@@ -294,6 +296,9 @@ class PhysicsModel(CostModel):
             folds.append(np.isin(shapes, held))
         if len(np.unique(hw)) >= 2:
             folds += [hw == h for h in np.unique(hw)]
+        modes = X[[f"mode_{m}" for m in MODES]].to_numpy().argmax(axis=1)
+        if len(np.unique(modes)) >= 2:  # a math mode never seen (e.g. tensor cores after fp32-only rows)
+            folds += [modes == m for m in np.unique(modes)]
         work = X["flops"].to_numpy(float) + X["bytes"].to_numpy(float)
         folds.append(work > np.quantile(work, 0.9))
         scores, dist, seen = [], [], []
