@@ -85,7 +85,7 @@ def families_of(X: pd.DataFrame) -> np.ndarray:
 def hardware_keys(X: pd.DataFrame) -> np.ndarray:
     """One string per row naming its hardware's spec position (rows of one GPU share it; no name needed)."""
     H = np.round(X[list(HARDWARE_IDENTITY)].to_numpy(float), 6)
-    return np.array([",".join(f"{v:g}" for v in row) for row in H], dtype=object)
+    return np.array([",".join(f"{v:.6f}" for v in row) for row in H], dtype=object)
 
 
 def shape_keys(X: pd.DataFrame) -> np.ndarray:
