@@ -57,9 +57,9 @@ def load_frames(rows: pd.DataFrame, sources: list[str], cache: Path, registry) -
     for name, build in (("physics", lambda r: PhysicsFeaturizer(registry).transform(r)),
                         ("tabular", lambda r: spec_features(r, registry))):
         path = cache / f"frame_{name}_{tag}.parquet"
-        if path.exists():
+        if path.exists():  # reused when it has the rows and the columns today's featurizer writes
             frame = pd.read_parquet(path)
-            if len(frame) == len(rows):
+            if len(frame) == len(rows) and list(frame.columns) == list(build(rows.head(1)).columns):
                 out[name] = frame
                 continue
         t0 = time.perf_counter()

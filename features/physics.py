@@ -64,6 +64,7 @@ FEATURES = (
 HARDWARE = ("hw_log2_peak_flops", "hw_log2_peak_fp32", "hw_log2_bandwidth", "hw_log2_sm_count", "hw_log2_l2_bytes",
             "hw_is_gpu")
 HARDWARE_IDENTITY = HARDWARE[1:]  # the same for every row of one GPU (the math mode's peak varies with the dtype)
+SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
 TIMES = ("compute_ms", "memory_ms", "physics_ms")
 
 
@@ -235,6 +236,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["hw_log2_l2_bytes"] = np.log2(hw["l2"])
     X["hw_is_gpu"] = hw["gpu"]
     X["flops"], X["bytes"] = flops, nbytes
+    X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
     return pd.DataFrame(X)
 

@@ -4,12 +4,13 @@ A physics-first model still moves with the specs and the shape outside its train
 efficiency was only ever checked inside it. So every prediction carries
 
 * ``in_domain`` (bool): every dimensionless feature inside its training range, every category (op, math mode)
-  seen in training, and the hardware's spec position (log2 peak FLOP/s of the math mode, bandwidth, SMs, L2)
-  inside the span of the training hardware;
+  seen in training, the hardware's spec position (log2 peak FLOP/s of the math mode, bandwidth, SMs, L2) inside the
+  span of the training hardware, and the workload's size (log2 FLOPs, bytes) inside the training range;
 * ``domain_distance`` (float, 0 inside): the sum of how far each is outside, in comparable units: a continuous
   feature's excess over its training range in units of max(its training std, 1) (features are log2 counts or
   fractions: one octave / the whole [0, 1] range at least), 1 per unseen category, and the
-  hardware's excess in octaves (1 = twice the largest bandwidth / FLOP/s / SMs / L2 seen, or half the smallest);
+  hardware's and the size's excess in octaves (1 = twice the largest bandwidth / FLOP/s / SMs / L2 / FLOPs seen,
+  or half the smallest);
 * ``domain_reason``: the largest contributor, e.g. ``hw_log2_bandwidth +1.63`` (empty inside);
 * ``hardware_seen``: the hardware's spec position equals one of the training hardware's (rows of it were fitted).
 
@@ -32,13 +33,16 @@ HW_ATOL = 2e-6  # log2 spec positions closer than this are the same hardware (th
 
 
 class Domain:
-    """Training envelope over ``features`` (continuous and 0/1 columns) and the ``hardware`` position columns;
-    ``identity`` (a subset of ``hardware``, the same on every row of one GPU) decides ``hardware_seen``."""
+    """Training envelope over ``features`` (continuous and 0/1 columns), the ``hardware`` position columns and the
+    workload ``size`` columns (log2, excess in octaves); ``identity`` (a subset of ``hardware``, the same on every
+    row of one GPU) decides ``hardware_seen``."""
 
-    def __init__(self, features: Sequence[str], hardware: Sequence[str], identity: Sequence[str]):
+    def __init__(self, features: Sequence[str], hardware: Sequence[str], identity: Sequence[str],
+                 size: Sequence[str] = ()):
         self.features = list(features)
         self.hardware = list(hardware)
         self.identity = list(identity)
+        self.size = list(size)
 
     def fit(self, X: pd.DataFrame) -> Domain:
         F = X[self.features].to_numpy(float)
@@ -49,16 +53,17 @@ class Domain:
         C = X[cont].to_numpy(float)
         self.continuous_ = {f: (float(lo), float(hi), float(max(sd, 1.0)))
                             for f, lo, hi, sd in zip(cont, C.min(axis=0), C.max(axis=0), C.std(axis=0))}
-        H = X[self.hardware].to_numpy(float)
-        self.hardware_span_ = {h: (float(H[:, j].min()), float(H[:, j].max())) for j, h in enumerate(self.hardware)}
+        H = X[self.hardware + self.size].to_numpy(float)
+        self.hardware_span_ = {h: (float(H[:, j].min()), float(H[:, j].max()))
+                               for j, h in enumerate(self.hardware + self.size)}
         self.hardware_seen_ = np.unique(np.round(X[self.identity].to_numpy(float), 6), axis=0).tolist()
         return self
 
     def add_hardware(self, X: pd.DataFrame) -> Domain:
         """Mark the hardware positions of ``X`` as seen (after a few-shot calibration on them); spans widen."""
         H = X[self.hardware].to_numpy(float)
-        self.hardware_span_ = {h: (min(lo, float(H[:, j].min())), max(hi, float(H[:, j].max())))
-                               for j, (h, (lo, hi)) in enumerate(self.hardware_span_.items())}
+        self.hardware_span_.update({h: (min(lo, float(H[:, j].min())), max(hi, float(H[:, j].max())))
+                                    for j, (h, (lo, hi)) in enumerate((h, self.hardware_span_[h]) for h in self.hardware)})
         new = np.round(X[self.identity].to_numpy(float), 6)
         seen = np.asarray(self.hardware_seen_, float).reshape(-1, len(self.identity))
         self.hardware_seen_ = np.unique(np.vstack([seen, new]), axis=0).tolist()
@@ -89,14 +94,14 @@ class Domain:
                              "hardware_seen": self.is_seen(X)})
 
     def to_dict(self) -> dict:
-        return {"features": self.features, "hardware": self.hardware, "identity": self.identity,
+        return {"features": self.features, "hardware": self.hardware, "identity": self.identity, "size": self.size,
                 "categorical": self.categorical_,
                 "unseen": self.unseen_, "continuous": self.continuous_, "hardware_seen": self.hardware_seen_,
                 "hardware_span": self.hardware_span_}
 
     @classmethod
     def from_dict(cls, d: dict) -> Domain:
-        dom = cls(d["features"], d["hardware"], d["identity"])
+        dom = cls(d["features"], d["hardware"], d["identity"], d.get("size", ()))
         dom.categorical_, dom.unseen_ = list(d["categorical"]), list(d["unseen"])
         dom.continuous_ = {k: tuple(v) for k, v in d["continuous"].items()}
         dom.hardware_seen_ = [list(r) for r in d["hardware_seen"]]

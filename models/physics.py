@@ -43,6 +43,7 @@ from features.physics import (
     HARDWARE,
     HARDWARE_IDENTITY,
     MODES,
+    SIZE,
     PhysicsFeaturizer,
 )
 from models.base import CostModel, check_targets
@@ -64,7 +65,7 @@ def physics_frame(X: pd.DataFrame, registry=None) -> pd.DataFrame:
     if not isinstance(X, pd.DataFrame):
         raise TypeError(f"X must be a DataFrame, got {type(X).__name__}")
     if "physics_ms" in X.columns:
-        missing = [c for c in (*FEATURES, *HARDWARE, "physics_ms") if c not in X.columns]
+        missing = [c for c in (*FEATURES, *HARDWARE, *SIZE, "physics_ms") if c not in X.columns]
         if missing:
             raise ValueError(f"physics frame lacks column(s) {', '.join(missing[:5])} (build it with "
                              "features.physics.PhysicsFeaturizer)")
@@ -174,7 +175,7 @@ class PhysicsModel(CostModel):
         X = physics_frame(X)
         y = check_targets(y, len(X))
         self._fit_core(X, y)
-        self.domain_ = Domain(FEATURES, HARDWARE, HARDWARE_IDENTITY).fit(X)
+        self.domain_ = Domain(FEATURES, HARDWARE, HARDWARE_IDENTITY, SIZE).fit(X)
         self.corrections_: list[dict] = []
         self.widening_ = self._calibrate_intervals(X, y) if self.interval_folds else None
         return self
