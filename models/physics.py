@@ -52,6 +52,7 @@ from models.domain import Domain, calibrate_widening, conformal, widen
 LEARNERS = ("xgb", "mlp")
 MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1}
 MIN_CALIBRATION_ROWS = 5
+MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
 CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-validation on the new GPU's rows
 FLOOR_QUANTILE = 0.3  # the fastest 30% of a hardware's kernels of a family fix its floor
 MIN_FLOOR_MS = 1e-3
@@ -225,15 +226,18 @@ class PhysicsModel(CostModel):
         return np.array([self.floors_[f] for f in families_of(X)], float)
 
     def _margin(self, X: pd.DataFrame) -> np.ndarray:
+        """The efficiency's logit, clipped to +-MARGIN_CLIP (the MLP extrapolates linearly far outside)."""
         F = X[list(FEATURES)].to_numpy(np.float32)
         if self.learner == "xgb":
             d = xgb.DMatrix(F, feature_names=list(FEATURES))
             d.set_base_margin(np.full(len(F), self.base_margin_))
-            return self.booster_.predict(d, output_margin=True).astype(float)
-        import torch
+            margin = self.booster_.predict(d, output_margin=True)
+        else:
+            import torch
 
-        with torch.no_grad():
-            return self.net_(torch.as_tensor((F - self.mean_) / self.std_, dtype=torch.float32)).numpy().astype(float)
+            with torch.no_grad():
+                margin = self.net_(torch.as_tensor((F - self.mean_) / self.std_, dtype=torch.float32)).numpy()
+        return np.clip(margin.astype(float), -MARGIN_CLIP, MARGIN_CLIP)
 
     def efficiency(self, X: pd.DataFrame) -> np.ndarray:
         """The learned efficiency physics_ms / kernel_ms in (0, e_max] (before any few-shot correction)."""
