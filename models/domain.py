@@ -4,13 +4,13 @@ A physics-first model still moves with the specs and the shape outside its train
 efficiency was only ever checked inside it. So every prediction carries
 
 * ``in_domain`` (bool): every dimensionless feature inside its training range, every category (op, math mode)
-  seen in training, the hardware's spec position (log2 peak FLOP/s of the math mode, bandwidth, SMs, L2) inside the
+  seen in training and seen together (an op in a math mode), the hardware's spec position (log2 peak FLOP/s of the math mode, bandwidth, SMs, L2) inside the
   span of the training hardware, and the workload's size (log2 FLOPs, bytes) inside the training range;
 * ``domain_distance`` (float, 0 inside): the sum of how far each is outside, in comparable units: a continuous
   feature's excess over its training range in units of max(its training std, 1) (features are log2 counts or
   fractions: one octave / the whole [0, 1] range at least), 1 per unseen category, and the
   hardware's and the size's excess in octaves (1 = twice the largest bandwidth / FLOP/s / SMs / L2 / FLOPs seen,
-  or half the smallest);
+  or half the smallest), +1 for categories seen only apart;
 * ``domain_reason``: the largest contributor, e.g. ``hw_log2_bandwidth +1.63`` (empty inside);
 * ``hardware_seen``: the hardware's spec position equals one of the training hardware's (rows of it were fitted).
 
@@ -49,6 +49,7 @@ class Domain:
         binary = np.all((F == 0) | (F == 1), axis=0)
         self.categorical_ = [f for f, b in zip(self.features, binary) if b]
         self.unseen_ = [f for f in self.categorical_ if not np.any(X[f].to_numpy() == 1)]  # never 1 in training
+        self.combinations_ = sorted(set(self._signatures(X)))  # the categories seen together (op x math mode)
         cont = [f for f, b in zip(self.features, binary) if not b]
         C = X[cont].to_numpy(float)
         self.continuous_ = {f: (float(lo), float(hi), float(max(sd, 1.0)))
@@ -69,6 +70,10 @@ class Domain:
         self.hardware_seen_ = np.unique(np.vstack([seen, new]), axis=0).tolist()
         return self
 
+    def _signatures(self, X: pd.DataFrame) -> list[str]:
+        C = X[self.categorical_].to_numpy(float) == 1
+        return ["+".join(np.asarray(self.categorical_, dtype=object)[row]) for row in C]
+
     def is_seen(self, X: pd.DataFrame) -> np.ndarray:
         H = X[self.identity].to_numpy(float)
         seen = np.asarray(self.hardware_seen_, float).reshape(-1, len(self.identity))
@@ -82,6 +87,10 @@ class Domain:
             parts[f] = np.maximum(0.0, np.maximum(lo - x, x - hi)) / sd
         for f in self.unseen_:
             parts[f] = (X[f].to_numpy(float) == 1).astype(float)
+        if self.categorical_:  # each category seen, but never together (e.g. a GEMM in a math mode seen only in convs)
+            unseen = ~np.isin(self._signatures(X), self.combinations_)
+            single = np.column_stack([parts[f] for f in self.unseen_]).max(axis=1) if self.unseen_ else 0.0
+            parts["unseen combination"] = (unseen & (single == 0)).astype(float)
         for h, (lo, hi) in self.hardware_span_.items():
             x = X[h].to_numpy(float)
             parts[h] = np.maximum(0.0, np.maximum(lo - x, x - hi))
@@ -95,7 +104,7 @@ class Domain:
 
     def to_dict(self) -> dict:
         return {"features": self.features, "hardware": self.hardware, "identity": self.identity, "size": self.size,
-                "categorical": self.categorical_,
+                "categorical": self.categorical_, "combinations": self.combinations_,
                 "unseen": self.unseen_, "continuous": self.continuous_, "hardware_seen": self.hardware_seen_,
                 "hardware_span": self.hardware_span_}
 
@@ -103,6 +112,7 @@ class Domain:
     def from_dict(cls, d: dict) -> Domain:
         dom = cls(d["features"], d["hardware"], d["identity"], d.get("size", ()))
         dom.categorical_, dom.unseen_ = list(d["categorical"]), list(d["unseen"])
+        dom.combinations_ = list(d.get("combinations", []))
         dom.continuous_ = {k: tuple(v) for k, v in d["continuous"].items()}
         dom.hardware_seen_ = [list(r) for r in d["hardware_seen"]]
         dom.hardware_span_ = {k: tuple(v) for k, v in d["hardware_span"].items()}

@@ -113,3 +113,16 @@ def test_intervals_widen_outside_and_cover_held_out_rows():
     h200 = model.predict_domain(X[~nm].reset_index(drop=True))
     half = np.log(h200["hi_ms"] / h200["runtime_ms"])
     assert np.all(np.diff(half[np.argsort(h200["domain_distance"].to_numpy())]) >= -1e-9)
+
+
+def test_categories_seen_only_apart_are_outside():
+    """TF32 seen only in bmm rows: a TF32 matmul is outside although each category was seen."""
+    train = frame(log2_k=[4, 6], tail_occupancy=[0.5, 0.5], op_matmul=[1, 0], op_bmm=[0, 1],
+                  hw_log2_peak_flops=[44, 44], hw_log2_bandwidth=[30, 30])
+    dom = Domain(FEATS + ["mode_tf32"], HW, HW[1:]).fit(train.assign(mode_tf32=[0.0, 1.0]))
+    X = frame(log2_k=[5, 5], tail_occupancy=[0.5, 0.5], op_matmul=[1, 0], op_bmm=[0, 1], hw_log2_peak_flops=[44, 44],
+              hw_log2_bandwidth=[30, 30]).assign(mode_tf32=[1.0, 1.0])
+    out = dom.frame(X)
+    assert out["domain_reason"].tolist() == ["unseen combination +1.00", ""]
+    again = Domain.from_dict(json.loads(json.dumps(dom.to_dict())))
+    pd.testing.assert_frame_equal(again.frame(X), out)
