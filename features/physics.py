@@ -1,0 +1,259 @@
+"""Analytical decomposition of a kernel's runtime on a GPU (or CPU), as vectorised columns.
+
+Input: a workload description frame (``op``, ``hardware``, ``dtype``, shape columns; the same frame
+``features.tabular.TabularFeaturizer`` reads, validated by its ``check``) and the hardware registry.
+Output (:class:`PhysicsFeaturizer`): per row the physics times in ms, the hardware numbers they came from, and
+DIMENSIONLESS features (:data:`FEATURES`) from which ``models.physics`` learns a bounded efficiency.
+
+Math mode and peak (:func:`effective_peak`), following PyTorch's defaults:
+
+* float32 GEMMs (matmul, bmm, linear, attention) run on the CUDA cores (``allow_tf32=False``): the fp32 peak;
+  float32 convolutions run TF32 on tensor cores where the GPU has TF32 (``cudnn.allow_tf32=True``, Ampere+);
+* ``tf32``: the spec's TF32 tensor-core peak where it exists, else the fp32 peak;
+* float16 / bfloat16 GEMMs: PyTorch accumulates in fp32 (cuBLAS ``CUBLAS_COMPUTE_32F``), so a GPU with tensor /
+  matrix cores runs them at the spec's tensor rate (fp32 accumulate) and a GPU without (Pascal: P4's native fp16
+  is 1/64 of fp32, P100's half2 2x) at its fp32 FMA rate; a dtype the GPU has no rate for (bf16 on Volta) falls
+  back to the fp32 rate (emulated).
+
+GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM, ``data.backends.sim_roofline.gemm_dims``; attention
+as the two GEMMs of a fused kernel, M = seq, N = head_dim, K = 2 seq, half of K when causal) are split into output
+tiles ``tm x tn`` (and ``s`` slices of K, split-K) dealt to the SMs in waves (NVIDIA, "Matrix Multiplication
+Background", tile and wave quantisation). Each wave costs one full tile per SM:
+
+    t_compute(tile, s) = ceil(batch ceil(M/tm) ceil(N/tn) s / SMs) * 2 tm tn ceil(K/s) / (peak / SMs)
+
+and the library is assumed to pick the fastest of :data:`TILES` x :data:`SPLIT_K` (a lower bound of its choice).
+Memory: ``t_memory = bytes / bandwidth`` with bytes = inputs + weights + outputs once (``data.workloads``
+``count_cost``); ops without FLOPs (elementwise, norms, softmax, reductions) are memory time only. Physics time
+``physics_ms = max(t_compute, t_memory)``: a roofline with tile and wave quantisation. What physics misses
+(per-tile efficiency, ramp-up, L2 reuse, library heuristics, the launch floor) is left to the learner, which
+sees only dimensionless numbers: waves, tail-wave occupancy, tile fill, K depth, aspect ratios, alignment,
+compute time over memory time, bytes over L2, dtype class, op family.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from data.backends.sim_roofline import gemm_dims
+from data.hardware import HardwareRegistry, HardwareSpec
+from data.workloads import OPS, SHAPE_PARAMS, count_cost
+from features.tabular import DTYPE_BYTES, FeatureError, TabularFeaturizer
+
+TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64), (128, 32), (32, 128), (64, 32), (32, 64),
+         (32, 32))  # (tm, tn): the CTA tiles of cuBLAS / CUTLASS / cuDNN kernels (e.g. volta_sgemm_128x32)
+SPLIT_K = (1, 2, 4, 8, 16)
+MIN_K_PER_SPLIT = 64  # a K slice shorter than this is not worth a split (the library's own lower limit is similar)
+ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
+GEMM_FAMILIES = ("gemm", "conv", "attention")
+MEMORY_FAMILIES = ("elementwise", "norm", "softmax", "reduction")
+FAMILIES = GEMM_FAMILIES + MEMORY_FAMILIES
+PHYSICS_OPS = tuple(op for op, spec in OPS.items() if spec.family in FAMILIES)
+MODES = ("fp32", "tf32", "tensor16", "fp32_acc16")  # fp32 FMA, TF32 tensor core, fp16/bf16 tensor core, 16-bit on FMA
+
+# The learner's inputs: dimensionless (counts, ratios, flags); no absolute time, rate or size of one GPU, and no
+# ratio of spec numbers alone (e.g. the ridge point): with a handful of training GPUs such a column names the GPU and
+# the trees learn each GPU's own factor instead of a rule (leave-one-GPU-out on NeuSight: A100 MAPE 36 -> 21%).
+FEATURES = (
+    *(f"family_{f}" for f in FAMILIES), *(f"op_{op}" for op in PHYSICS_OPS), *(f"mode_{m}" for m in MODES),
+    "dtype_bytes", "log2_waves", "tail_occupancy", "tile_fill", "log2_split_k", "log2_k", "log2_k_per_split",
+    "log2_m_over_n", "log2_batch", "log2_align_bytes", "log2_compute_over_memory", "log2_bytes_over_l2",
+    "log2_elements_per_sm", "log2_row", "conv_kernel", "conv_stride", "causal",
+)
+# Hardware position (for the domain of validity, models/domain.py): log2 of spec numbers, never a learner input.
+HARDWARE = ("hw_log2_peak_flops", "hw_log2_peak_fp32", "hw_log2_bandwidth", "hw_log2_sm_count", "hw_log2_l2_bytes",
+            "hw_is_gpu")
+HARDWARE_IDENTITY = HARDWARE[1:]  # the same for every row of one GPU (the math mode's peak varies with the dtype)
+SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
+TIMES = ("compute_ms", "memory_ms", "physics_ms")
+
+
+def has_matrix_units(spec: HardwareSpec) -> bool:
+    """Tensor cores (NVIDIA compute capability >= 7.0) or matrix cores (AMD CDNA)."""
+    if spec.kind != "gpu":
+        return False
+    cc = spec.extra.get("compute_capability")
+    if spec.vendor == "nvidia" and cc is not None:
+        return float(cc) >= 7.0
+    return str(spec.architecture or "").lower().startswith("cdna")
+
+
+def effective_peak(spec: HardwareSpec, family: str, dtype: str) -> tuple[float, str]:
+    """``(peak FLOP/s, math mode)`` a kernel of ``family`` in ``dtype`` runs at under PyTorch's defaults."""
+    fp32 = spec.peak_flops("float32")
+    rates = spec.peak_tflops
+    if dtype == "float32":
+        if family == "conv" and "tf32" in rates:
+            return float(rates["tf32"]) * 1e12, "tf32"
+        return fp32, "fp32"
+    if dtype == "tf32":
+        return (float(rates["tf32"]) * 1e12, "tf32") if "tf32" in rates else (fp32, "fp32")
+    if dtype in ("float16", "bfloat16"):
+        if has_matrix_units(spec) and dtype in rates:
+            return float(rates[dtype]) * 1e12, "tensor16"
+        return fp32, "fp32_acc16"
+    raise FeatureError(f"dtype {dtype!r} has no math mode on {spec.id} (float32, tf32, float16, bfloat16)")
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def _two_adic_bytes(n: np.ndarray, dtype_bytes: np.ndarray) -> np.ndarray:
+    """Largest power-of-two byte alignment of a row of ``n`` elements, capped at 16 bytes (vector loads)."""
+    n = np.maximum(n.astype(np.int64), 1)
+    return np.minimum((n & -n) * dtype_bytes, ALIGN_CAP_BYTES).astype(float)
+
+
+def gemm_time(batch, m, n, k, peak, sms):
+    """Best tile / split-K compute time (s) over :data:`TILES` x :data:`SPLIT_K`, and that choice's numbers.
+
+    Returns ``(t_s, waves, tiles, tm, tn, split)``, arrays over rows (module docstring formula).
+    """
+    best = np.full(len(m), np.inf)
+    out = {key: np.zeros(len(m)) for key in ("waves", "tiles", "tm", "tn", "split")}
+    per_sm = peak / sms
+    for tm, tn in TILES:
+        base = batch * _ceil_div(m, tm) * _ceil_div(n, tn)
+        for s in SPLIT_K:
+            ok = (s == 1) | (k >= s * MIN_K_PER_SPLIT)
+            tiles = base * s
+            waves = _ceil_div(tiles, sms)
+            t = np.where(ok, waves * 2.0 * tm * tn * _ceil_div(k, s) / per_sm, np.inf)
+            better = t < best
+            best = np.where(better, t, best)
+            for key, v in (("waves", waves), ("tiles", tiles), ("tm", tm), ("tn", tn), ("split", s)):
+                out[key] = np.where(better, v, out[key])
+    return best, out["waves"], out["tiles"], out["tm"], out["tn"], out["split"]
+
+
+def _contiguous(op: str, p: dict) -> tuple[int, int]:
+    """Lengths of the contiguous rows of the operands (row-major), whose alignment decides vector / TMA loads."""
+    if op in ("matmul", "bmm", "linear"):
+        return p["k"], p["n"]  # A[.., k] rows and B / weight / C rows of n (linear's weight is [n, k]: k)
+    if op == "conv2d":
+        return p["c_in"], p["c_out"]  # channels: the GEMM K and N of cuDNN's implicit GEMM (NHWC kernels)
+    if op == "sdpa":
+        return p["head_dim"], p["head_dim"]
+    return p.get("n", 1), p.get("n", 1)
+
+
+def _shape_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per row: family, flops, bytes and GEMM dims (batch, M, N, K), computed once per distinct (op, dtype, shape)."""
+    cols = ["op", "dtype", *SHAPE_PARAMS]
+    key = pd.util.hash_pandas_object(df[cols], index=False).to_numpy()
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    records = []
+    ops, dtypes = df["op"].to_numpy(object), df["dtype"].to_numpy(object)
+    shapes = {p: df[p].to_numpy() for p in SHAPE_PARAMS}
+    for i in first:
+        op, dt = ops[i], dtypes[i]
+        fam = OPS[op].family
+        if fam not in FAMILIES:
+            raise FeatureError(f"row {i}: op {op!r} (family {fam}) has no physics model; "
+                               f"ops with one: {', '.join(PHYSICS_OPS)}")
+        params = {p: int(shapes[p][i]) for p in OPS[op].params}
+        flops, nbytes = count_cost(op, params, dt)
+        if op == "sdpa":
+            dims = (params["batch"] * params["heads"], params["seq_len"], params["head_dim"],
+                    params["seq_len"] * (1 if params["causal"] else 2))
+        else:
+            dims = gemm_dims(op, params) or (1, params.get("m", 1), params.get("n", 1), 0)
+        records.append((fam, flops, nbytes, *dims, *_contiguous(op, params)))
+    table = pd.DataFrame(records, columns=["family", "flops", "bytes", "g_batch", "g_m", "g_n", "g_k", "row_a", "row_b"])
+    return table.iloc[inverse].reset_index(drop=True)
+
+
+def _hardware_table(df: pd.DataFrame, fam: np.ndarray, registry: HardwareRegistry) -> dict[str, np.ndarray]:
+    """Per row: effective peak and math mode, bandwidth, SMs, L2, from the spec (once per distinct hw/family/dtype)."""
+    triples = pd.DataFrame({"h": df["hardware"].to_numpy(), "f": fam, "d": df["dtype"].to_numpy()})
+    out = {k: np.zeros(len(df)) for k in ("peak", "fp32", "bw", "sms", "l2", "gpu")}
+    out["mode"] = np.empty(len(df), dtype=object)
+    for (h, f, d), idx in triples.groupby(["h", "f", "d"], sort=False).indices.items():
+        spec = registry.get(h)
+        if spec.kind not in ("gpu", "cpu"):
+            raise FeatureError(f"hardware {spec.id!r} is a {spec.kind}: the physics model covers GPUs and CPUs")
+        if spec.memory_bandwidth_gbs <= 0 or spec.sm_count <= 0:
+            raise FeatureError(f"hardware {spec.id!r} lacks memory bandwidth or SM count in its spec")
+        peak, mode = effective_peak(spec, f, d)
+        out["peak"][idx], out["mode"][idx] = peak, mode
+        out["fp32"][idx] = spec.peak_flops("float32")
+        out["bw"][idx], out["sms"][idx] = spec.bandwidth_bytes_s, float(spec.sm_count)
+        out["l2"][idx] = max(float(spec.l2_cache_mb), 0.25) * 2**20
+        out["gpu"][idx] = float(spec.kind == "gpu")
+    return out
+
+
+def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFrame:
+    """The physics frame of a description frame already normalised by ``TabularFeaturizer.check``."""
+    shp = _shape_table(df)
+    fam = shp["family"].to_numpy(object)
+    hw = _hardware_table(df, fam, registry)
+    dtype = df["dtype"].to_numpy(object)
+    dbytes = np.array([DTYPE_BYTES[d] for d in dtype], float)
+    flops, nbytes = shp["flops"].to_numpy(float), shp["bytes"].to_numpy(float)
+    batch, m, n, k = (shp[c].to_numpy(np.int64) for c in ("g_batch", "g_m", "g_n", "g_k"))
+    is_gemm = np.isin(fam, GEMM_FAMILIES)
+    sms = hw["sms"].astype(np.int64)
+
+    t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), hw["peak"], sms)
+    t_c = np.where(is_gemm, t_c, 0.0)
+    t_m = nbytes / hw["bw"]
+    physics = np.maximum(t_c, t_m)
+    elements = nbytes / dbytes
+    waves_mem = np.ceil(elements / (sms * 1024.0 * 4))  # 1024 threads x 4 elements per SM per round
+    X: dict[str, np.ndarray] = {}
+    for f in FAMILIES:
+        X[f"family_{f}"] = (fam == f).astype(float)
+    ops = df["op"].to_numpy(object)
+    for op in PHYSICS_OPS:
+        X[f"op_{op}"] = (ops == op).astype(float)
+    for mode in MODES:
+        X[f"mode_{mode}"] = (hw["mode"] == mode).astype(float)
+    X["dtype_bytes"] = dbytes
+    X["log2_waves"] = np.log2(np.where(is_gemm, waves, waves_mem))
+    X["tail_occupancy"] = np.where(is_gemm, tiles / np.maximum(waves * sms, 1), 1.0)
+    useful = 2.0 * batch * m * n * np.maximum(k, 1)
+    X["tile_fill"] = np.where(is_gemm, useful / np.maximum(tiles * 2.0 * tm * tn * np.maximum(k, 1) / split, 1), 1.0)
+    X["log2_split_k"] = np.where(is_gemm, np.log2(split), 0.0)
+    X["log2_k"] = np.where(is_gemm, np.log2(np.maximum(k, 1)), 0.0)
+    X["log2_k_per_split"] = np.where(is_gemm, np.log2(np.maximum(k, 1) / split), 0.0)
+    X["log2_m_over_n"] = np.where(is_gemm, np.log2(m / n), 0.0)
+    X["log2_batch"] = np.log2(batch)
+    align = np.minimum(_two_adic_bytes(shp["row_a"].to_numpy(), dbytes), _two_adic_bytes(shp["row_b"].to_numpy(), dbytes))
+    X["log2_align_bytes"] = np.log2(align)
+    X["log2_compute_over_memory"] = np.where(is_gemm, np.log2(np.maximum(t_c, 1e-15) / t_m), -10.0)
+    X["log2_bytes_over_l2"] = np.log2(nbytes / hw["l2"])
+    X["log2_elements_per_sm"] = np.log2(elements / sms)
+    X["log2_row"] = np.where(is_gemm, 0.0, np.log2(np.maximum(df["n"].to_numpy(float), 1)))
+    X["conv_kernel"] = np.where(fam == "conv", df["kernel"].to_numpy(float), 0.0)
+    X["conv_stride"] = np.where(fam == "conv", df["stride"].to_numpy(float), 0.0)
+    X["causal"] = np.where(ops == "sdpa", df["causal"].to_numpy(float), 0.0)
+    X["hw_log2_peak_flops"] = np.log2(hw["peak"])
+    X["hw_log2_peak_fp32"] = np.log2(hw["fp32"])
+    X["hw_log2_bandwidth"] = np.log2(hw["bw"])
+    X["hw_log2_sm_count"] = np.log2(hw["sms"])
+    X["hw_log2_l2_bytes"] = np.log2(hw["l2"])
+    X["hw_is_gpu"] = hw["gpu"]
+    X["flops"], X["bytes"] = flops, nbytes
+    X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
+    X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
+    return pd.DataFrame(X)
+
+
+class PhysicsFeaturizer:
+    """Workload descriptions -> the physics frame (times, hardware position, dimensionless :data:`FEATURES`).
+
+    Validation is ``TabularFeaturizer.check``'s (one clear error per bad row); ops without a physics model
+    (networks: split them into layers with ``data.networks.layers``; FPGA layers) and non-GPU/CPU hardware raise
+    ``FeatureError`` naming the row or hardware.
+    """
+
+    def __init__(self, registry: HardwareRegistry):
+        self.registry = registry
+
+    def transform(self, workloads: pd.DataFrame) -> pd.DataFrame:
+        df = TabularFeaturizer(self.registry).check(workloads)
+        if len(df) == 0:
+            raise FeatureError("no workloads to featurize")
+        return physics_columns(df, self.registry)

@@ -1,0 +1,161 @@
+"""Domain of validity: is a prediction inside what the model was trained on, and how far outside?
+
+A physics-first model still moves with the specs and the shape outside its training data, but its learned
+efficiency was only ever checked inside it. So every prediction carries
+
+* ``in_domain`` (bool): every dimensionless feature inside its training range, every category (op, math mode)
+  seen in training and seen together (an op in a math mode), the hardware's spec position (log2 peak FLOP/s of the math mode, bandwidth, SMs, L2) inside the
+  span of the training hardware, and the workload's size (log2 FLOPs, bytes) inside the training range;
+* ``domain_distance`` (float, 0 inside): the sum of how far each is outside, in comparable units: a continuous
+  feature's excess over its training range in units of max(its training std, 1) (features are log2 counts or
+  fractions: one octave / the whole [0, 1] range at least), 1 per unseen category, and the
+  hardware's and the size's excess in octaves (1 = twice the largest bandwidth / FLOP/s / SMs / L2 / FLOPs seen,
+  or half the smallest), +1 for categories seen only apart;
+* ``domain_reason``: the largest contributor, e.g. ``hw_log2_bandwidth +1.63`` (empty inside);
+* ``hardware_seen``: the hardware's spec position equals one of the training hardware's (rows of it were fitted).
+
+:func:`widen` turns these into the interval half-width (log space, ``models.conformal``): ``q = q_seen`` for
+hardware seen in training, ``q_unseen`` for new hardware inside the span, plus ``slope * domain_distance``. The
+three numbers are calibrated on held-out folds by :func:`calibrate_widening` (held-out shapes, leave-one-hardware-
+out, held-out largest shapes), never set by hand, so the coverage outside is measured, not assumed.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from models.conformal import min_rows
+
+HW_ATOL = 2e-6  # log2 spec positions closer than this are the same hardware (they are stored rounded to 1e-6)
+
+
+class Domain:
+    """Training envelope over ``features`` (continuous and 0/1 columns), the ``hardware`` position columns and the
+    workload ``size`` columns (log2, excess in octaves); ``identity`` (a subset of ``hardware``, the same on every
+    row of one GPU) decides ``hardware_seen``."""
+
+    def __init__(self, features: Sequence[str], hardware: Sequence[str], identity: Sequence[str],
+                 size: Sequence[str] = ()):
+        self.features = list(features)
+        self.hardware = list(hardware)
+        self.identity = list(identity)
+        self.size = list(size)
+
+    def fit(self, X: pd.DataFrame) -> Domain:
+        F = X[self.features].to_numpy(float)
+        binary = np.all((F == 0) | (F == 1), axis=0)
+        self.categorical_ = [f for f, b in zip(self.features, binary) if b]
+        self.unseen_ = [f for f in self.categorical_ if not np.any(X[f].to_numpy() == 1)]  # never 1 in training
+        self.combinations_ = sorted(set(self._signatures(X)))  # the categories seen together (op x math mode)
+        cont = [f for f, b in zip(self.features, binary) if not b]
+        C = X[cont].to_numpy(float)
+        self.continuous_ = {f: (float(lo), float(hi), float(max(sd, 1.0)))
+                            for f, lo, hi, sd in zip(cont, C.min(axis=0), C.max(axis=0), C.std(axis=0))}
+        H = X[self.hardware + self.size].to_numpy(float)
+        self.hardware_span_ = {h: (float(H[:, j].min()), float(H[:, j].max()))
+                               for j, h in enumerate(self.hardware + self.size)}
+        self.hardware_seen_ = np.unique(np.round(X[self.identity].to_numpy(float), 6), axis=0).tolist()
+        return self
+
+    def add_hardware(self, X: pd.DataFrame) -> Domain:
+        """Mark the hardware positions of ``X`` as seen (after a few-shot calibration on them); spans widen."""
+        H = X[self.hardware].to_numpy(float)
+        self.hardware_span_.update({h: (min(lo, float(H[:, j].min())), max(hi, float(H[:, j].max())))
+                                    for j, (h, (lo, hi)) in enumerate((h, self.hardware_span_[h]) for h in self.hardware)})
+        new = np.round(X[self.identity].to_numpy(float), 6)
+        seen = np.asarray(self.hardware_seen_, float).reshape(-1, len(self.identity))
+        self.hardware_seen_ = np.unique(np.vstack([seen, new]), axis=0).tolist()
+        return self
+
+    def _signatures(self, X: pd.DataFrame) -> list[str]:
+        C = X[self.categorical_].to_numpy(float) == 1
+        return ["+".join(np.asarray(self.categorical_, dtype=object)[row]) for row in C]
+
+    def is_seen(self, X: pd.DataFrame) -> np.ndarray:
+        H = X[self.identity].to_numpy(float)
+        seen = np.asarray(self.hardware_seen_, float).reshape(-1, len(self.identity))
+        return np.any(np.all(np.abs(H[:, None, :] - seen[None, :, :]) < HW_ATOL, axis=2), axis=1)
+
+    def frame(self, X: pd.DataFrame) -> pd.DataFrame:
+        """``in_domain``, ``domain_distance``, ``domain_reason``, ``hardware_seen`` per row of ``X``."""
+        parts: dict[str, np.ndarray] = {}
+        for f, (lo, hi, sd) in self.continuous_.items():
+            x = X[f].to_numpy(float)
+            parts[f] = np.maximum(0.0, np.maximum(lo - x, x - hi)) / sd
+        for f in self.unseen_:
+            parts[f] = (X[f].to_numpy(float) == 1).astype(float)
+        if self.categorical_:  # each category seen, but never together (e.g. a GEMM in a math mode seen only in convs)
+            unseen = ~np.isin(self._signatures(X), self.combinations_)
+            single = np.column_stack([parts[f] for f in self.unseen_]).max(axis=1) if self.unseen_ else 0.0
+            parts["unseen combination"] = (unseen & (single == 0)).astype(float)
+        for h, (lo, hi) in self.hardware_span_.items():
+            x = X[h].to_numpy(float)
+            parts[h] = np.maximum(0.0, np.maximum(lo - x, x - hi))
+        names = list(parts)
+        P = np.column_stack([parts[n] for n in names]) if names else np.zeros((len(X), 1))
+        distance = P.sum(axis=1)
+        worst = P.argmax(axis=1)
+        reason = [f"{names[j]} +{P[i, j]:.2f}" if distance[i] > 0 else "" for i, j in enumerate(worst)]
+        return pd.DataFrame({"in_domain": distance == 0, "domain_distance": distance, "domain_reason": reason,
+                             "hardware_seen": self.is_seen(X)})
+
+    def to_dict(self) -> dict:
+        return {"features": self.features, "hardware": self.hardware, "identity": self.identity, "size": self.size,
+                "categorical": self.categorical_, "combinations": self.combinations_,
+                "unseen": self.unseen_, "continuous": self.continuous_, "hardware_seen": self.hardware_seen_,
+                "hardware_span": self.hardware_span_}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Domain:
+        dom = cls(d["features"], d["hardware"], d["identity"], d.get("size", ()))
+        dom.categorical_, dom.unseen_ = list(d["categorical"]), list(d["unseen"])
+        dom.combinations_ = list(d.get("combinations", []))
+        dom.continuous_ = {k: tuple(v) for k, v in d["continuous"].items()}
+        dom.hardware_seen_ = [list(r) for r in d["hardware_seen"]]
+        dom.hardware_span_ = {k: tuple(v) for k, v in d["hardware_span"].items()}
+        return dom
+
+
+def conformal(scores, level: float) -> float:
+    """The ceil((n + 1) level)-th smallest score (the largest when n is too small): ``models.conformal``'s rule."""
+    scores = np.sort(np.asarray(scores, float))
+    return float(scores[min(len(scores), math.ceil((len(scores) + 1) * level - 1e-9)) - 1])
+
+
+def calibrate_widening(scores, distance, hardware_seen, level: float = 0.9) -> dict[str, float]:
+    """``q_seen``, ``q_unseen``, ``slope`` of :func:`widen` from held-out fold rows.
+
+    ``scores`` = |log y - log yhat| of rows the fold's model never saw; ``distance`` / ``hardware_seen`` from that
+    fold model's :class:`Domain`. ``q_seen`` and ``q_unseen`` are split-conformal quantiles of the in-domain rows of
+    seen and of unseen hardware (``q_unseen`` falls back to ``q_seen`` with fewer than ``min_rows(level)`` rows and
+    is never below it); ``slope`` is the conformal quantile of ``max(0, s - q) / d`` over the rows outside
+    (``d > 0``), so ``q + slope * d`` covers ``level`` of them (0 when no fold row was outside).
+    """
+    s, d, seen = (np.asarray(a, float) for a in (scores, distance, hardware_seen))
+    seen = seen.astype(bool)
+    inside = d == 0
+    need = min_rows(level)
+
+    def q_of(mask, fallback):
+        return conformal(s[mask], level) if mask.sum() >= need else fallback
+
+    q_seen = q_of(inside & seen, conformal(s, level) if len(s) else 0.0)
+    q_unseen = max(q_of(inside & ~seen, q_seen), q_seen)
+    out = d > 0
+    if out.sum() >= need:
+        base = np.where(seen[out], q_seen, q_unseen)
+        slope = conformal(np.maximum(0.0, s[out] - base) / d[out], level)
+    else:
+        slope = q_unseen  # no fold row outside: one more q per unit of distance, a guess marked by n_outside = 0
+    return {"q_seen": float(q_seen), "q_unseen": float(q_unseen), "slope": slope, "level": float(level),
+            "n_seen": float((inside & seen).sum()), "n_unseen": float((inside & ~seen).sum()), "n_outside": float(out.sum())}
+
+
+def widen(widening: dict, distance, hardware_seen) -> np.ndarray:
+    """Per-row log-space half-width: ``q_seen`` or ``q_unseen`` + ``slope * distance``."""
+    seen = np.asarray(hardware_seen, bool)
+    base = np.where(seen, widening["q_seen"], widening["q_unseen"])
+    return base + widening["slope"] * np.asarray(distance, float)

@@ -1,0 +1,225 @@
+"""Extrapolation checks: does a runtime model hold up on hardware, shapes and dtypes it was not trained on?
+
+Pure functions (rows in, metrics out; no MLflow, no printing), so a runner (``benchmarks/extrapolation.py``) or a
+pipeline can call them. Every check scores each candidate model on the same rows:
+
+* (a) ``faster_gpu``: train on the NeuSight GPUs, test on the H200's float32 rows (faster than all five);
+* (b) ``leave_one_gpu_out``: each GPU of the training source held out once; the worst GPU is the score;
+* (c) ``leave_fastest_out``: train on all but the GPU with the highest fp32 peak, test on it (A100 of NeuSight);
+* (d) ``large_shapes``: train on rows under ``1e9`` FLOPs, test on rows over ``1e10`` FLOPs;
+* (e) ``dtypes``: train on NeuSight + the H200's float32 rows, test on its bf16 / fp16 / tf32 rows;
+* (f) ``few_shot``: each GPU held out; ``k`` of its rows drawn at random calibrate the model (models with a
+  ``calibrate(X, y, hardware=...)`` method use it; others get the median true / predicted factor of the k rows,
+  ``models.evaluate.few_shot_scaled_error``'s protocol) and the GPU's other rows are scored.
+
+Rows are measurement rows (``data.schema``: ``op``, ``family``, ``dtype``, ``hardware``, ``source``, shape
+columns, ``flops``, ``runtime_ms``); ``frames`` maps a feature-set name to its feature frame, row-aligned with
+``rows`` (``"physics"``: ``features.physics.PhysicsFeaturizer``; ``"tabular"``: ``features.tabular``), and each
+:class:`Candidate` names the frame it reads. A new source (e.g. DeepBench) is more rows in the same frame: the
+folds select by ``source`` prefix and hardware, nothing else changes.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from models.evaluate import regression_metrics
+
+CHECKS = ("a", "b", "c", "d", "e", "f")
+NAMES = {"a": "faster_gpu", "b": "leave_one_gpu_out", "c": "leave_fastest_out", "d": "large_shapes", "e": "dtypes",
+         "f": "few_shot"}
+FEW_SHOT_K = (10, 30, 100)
+LONG_MS = 0.1
+
+
+@dataclass
+class Candidate:
+    """A model to score: ``make()`` returns an unfitted ``CostModel`` reading the feature frame ``features``."""
+    name: str
+    make: Callable
+    features: str
+
+
+@dataclass
+class Fold:
+    label: str
+    train: np.ndarray
+    test: np.ndarray
+
+
+def _source(rows: pd.DataFrame, prefix: str) -> np.ndarray:
+    return rows["source"].astype(str).str.startswith(prefix).to_numpy()
+
+
+def _need(mask: np.ndarray, what: str) -> np.ndarray:
+    if not mask.any():
+        raise ValueError(f"extrapolation check: no {what} rows")
+    return np.flatnonzero(mask)
+
+
+# --- folds --------------------------------------------------------------------------------------------------
+def faster_gpu_folds(rows, train_source: str = "neusight", test_hardware: str = "H200-SXM",
+                     test_dtype: str = "float32") -> list[Fold]:
+    """(a) Train on ``train_source``, test on ``test_hardware``'s ``test_dtype`` rows."""
+    test = (rows["hardware"] == test_hardware).to_numpy() & (rows["dtype"] == test_dtype).to_numpy()
+    return [Fold(test_hardware, _need(_source(rows, train_source), train_source), _need(test, test_hardware))]
+
+
+def leave_one_gpu_out_folds(rows, source: str = "neusight") -> list[Fold]:
+    """(b) Within ``source``: each hardware held out once, trained on the others of that source."""
+    src = _source(rows, source)
+    gpus = sorted(rows.loc[src, "hardware"].unique())
+    if len(gpus) < 2:
+        raise ValueError(f"leave-one-GPU-out needs two GPUs in {source!r}, got {gpus}")
+    hw = rows["hardware"].to_numpy()
+    return [Fold(g, np.flatnonzero(src & (hw != g)), np.flatnonzero(src & (hw == g))) for g in gpus]
+
+
+def leave_fastest_out_folds(rows, registry, source: str = "neusight") -> list[Fold]:
+    """(c) Within ``source``: the GPU with the highest fp32 peak is held out, trained on the slower ones."""
+    src = _source(rows, source)
+    gpus = sorted(rows.loc[src, "hardware"].unique())
+    fastest = max(gpus, key=lambda g: registry.get(g).peak_flops("float32"))
+    hw = rows["hardware"].to_numpy()
+    return [Fold(fastest, _need(src & (hw != fastest), "slower-GPU"), _need(src & (hw == fastest), fastest))]
+
+
+def large_shapes_folds(rows, train_max_flops: float = 1e9, test_min_flops: float = 1e10) -> list[Fold]:
+    """(d) Train on rows under ``train_max_flops``, test on rows over ``test_min_flops`` (every hardware)."""
+    flops = rows["flops"].to_numpy(float)
+    return [Fold("large", _need(flops < train_max_flops, "small-shape"), _need(flops > test_min_flops, "large-shape"))]
+
+
+def dtype_folds(rows, train_source: str = "neusight", hardware: str = "H200-SXM",
+                train_dtype: str = "float32") -> list[Fold]:
+    """(e) Train on ``train_source`` + ``hardware``'s ``train_dtype`` rows; test on its other dtypes."""
+    hw = (rows["hardware"] == hardware).to_numpy()
+    fp32 = (rows["dtype"] == train_dtype).to_numpy()
+    train = _source(rows, train_source) | (hw & fp32)
+    return [Fold(hardware, _need(train, "training"), _need(hw & ~fp32, f"{hardware} non-{train_dtype}"))]
+
+
+def few_shot_folds(rows) -> list[Fold]:
+    """(f) Each hardware held out once, trained on all other rows (every source)."""
+    hw = rows["hardware"].to_numpy()
+    return [Fold(g, np.flatnonzero(hw != g), np.flatnonzero(hw == g)) for g in sorted(set(hw))]
+
+
+def folds_for(check: str, rows: pd.DataFrame, registry) -> list[Fold]:
+    if check == "a":
+        return faster_gpu_folds(rows)
+    if check == "b":
+        return leave_one_gpu_out_folds(rows)
+    if check == "c":
+        return leave_fastest_out_folds(rows, registry)
+    if check == "d":
+        return large_shapes_folds(rows)
+    if check == "e":
+        return dtype_folds(rows)
+    if check == "f":
+        return few_shot_folds(rows)
+    raise ValueError(f"unknown extrapolation check {check!r} ({', '.join(CHECKS)})")
+
+
+# --- scoring ------------------------------------------------------------------------------------------------
+def scoped_metrics(rows: pd.DataFrame, y, pred, extra: pd.DataFrame | None = None) -> dict[str, dict]:
+    """MAPE / MedAPE (``models.evaluate.regression_metrics``) for all rows, per hardware, per op family, per dtype
+    when several, and for the rows measured at >= ``LONG_MS``; ``extra`` (e.g. ``in_domain``, ``covered``) adds
+    their mean per scope."""
+    y, pred = np.asarray(y, float), np.asarray(pred, float)
+    scopes = [("all", np.ones(len(rows), bool))]
+    scopes += [(f"hardware:{h}", (rows["hardware"] == h).to_numpy()) for h in sorted(rows["hardware"].unique())]
+    scopes += [(f"family:{f}", (rows["family"] == f).to_numpy()) for f in sorted(rows["family"].unique())]
+    if rows["dtype"].nunique() > 1:
+        scopes += [(f"dtype:{d}", (rows["dtype"] == d).to_numpy()) for d in sorted(rows["dtype"].unique())]
+    # a diagnostic by the measured runtime: kernels of 0.1 ms and more, where a harness's launch floor (7-50 us per
+    # call, which no spec sheet gives) is a small part of the time
+    scopes.append((f"runtime:>={LONG_MS}ms", y >= LONG_MS))
+    out = {}
+    for scope, m in scopes:
+        if not m.any():
+            continue
+        metrics = {k: v for k, v in regression_metrics(y[m], pred[m]).items() if k in ("n", "mape", "medape")}
+        if extra is not None:
+            metrics.update({c: float(np.mean(extra.loc[m, c].to_numpy(float))) for c in extra.columns})
+        out[scope] = metrics
+    return out
+
+
+def _with_domain(model, X, y) -> tuple[np.ndarray, pd.DataFrame | None]:
+    if hasattr(model, "predict_domain"):
+        dom = model.predict_domain(X)
+        extra = pd.DataFrame({"in_domain": dom["in_domain"].to_numpy(float),
+                              "covered": ((y >= dom["lo_ms"]) & (y <= dom["hi_ms"])).to_numpy(float)})
+        return dom["runtime_ms"].to_numpy(float), extra
+    return np.asarray(model.predict(X), float), None
+
+
+def run_check(check: str, rows: pd.DataFrame, frames: dict[str, pd.DataFrame], candidates: list[Candidate],
+              registry, ks=FEW_SHOT_K, draws: int = 3, seed: int = 0) -> list[dict]:
+    """Run one check for every candidate on the same folds; one result dict per (candidate, k) with
+    ``check``, ``model``, ``k`` (None outside check f), ``metrics`` (:func:`scoped_metrics` over the pooled test
+    rows of all folds) and ``seconds``."""
+    rows = rows.reset_index(drop=True)
+    y = rows["runtime_ms"].to_numpy(float)
+    folds = folds_for(check, rows, registry)
+    results = []
+    for cand in candidates:
+        X = frames[cand.features]
+        t0 = time.perf_counter()
+        if check != "f":
+            pred, extras, idx = [], [], []
+            for fold in folds:
+                model = cand.make().fit(X.iloc[fold.train].reset_index(drop=True), y[fold.train])
+                p, e = _with_domain(model, X.iloc[fold.test].reset_index(drop=True), y[fold.test])
+                pred.append(p), extras.append(e), idx.append(fold.test)
+            idx = np.concatenate(idx)
+            extra = None if extras[0] is None else pd.concat(extras, ignore_index=True)
+            metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
+            results.append({"check": check, "name": NAMES[check], "model": cand.name, "k": None, "metrics": metrics,
+                            "seconds": time.perf_counter() - t0})
+            continue
+        per_k = {k: ([], [], [], []) for k in ks}
+        rng = np.random.default_rng(seed)
+        for fold in folds:
+            base = cand.make().fit(X.iloc[fold.train].reset_index(drop=True), y[fold.train])
+            for k in ks:
+                if len(fold.test) <= k:
+                    continue
+                for _ in range(draws):
+                    cal = np.sort(rng.choice(fold.test, k, replace=False))
+                    test = np.setdiff1d(fold.test, cal)
+                    p, e = _few_shot(base, X, y, cal, test, fold.label)
+                    for store, v in zip(per_k[k], (test, p, e, None)):
+                        store.append(v)
+        for k in ks:
+            idx, pred, extras, _ = per_k[k]
+            if not idx:
+                continue
+            idx = np.concatenate(idx)
+            extra = None if extras[0] is None else pd.concat(extras, ignore_index=True)
+            metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
+            results.append({"check": check, "name": NAMES[check], "model": cand.name, "k": k, "metrics": metrics,
+                            "seconds": time.perf_counter() - t0})
+    return results
+
+
+def _few_shot(base, X, y, cal, test, hardware) -> tuple[np.ndarray, pd.DataFrame | None]:
+    Xc, Xt = X.iloc[cal].reset_index(drop=True), X.iloc[test].reset_index(drop=True)
+    if hasattr(base, "calibrate"):
+        return _with_domain(base.calibrate(Xc, y[cal], hardware=hardware), Xt, y[test])
+    factor = float(np.median(y[cal] / np.asarray(base.predict(Xc), float)))
+    return np.asarray(base.predict(Xt), float) * factor, None
+
+
+def worst(result: dict, prefix: str = "hardware:") -> tuple[str, float]:
+    """The scope with the highest MAPE among those starting with ``prefix`` (e.g. the worst GPU)."""
+    scopes = {s: m["mape"] for s, m in result["metrics"].items() if s.startswith(prefix)}
+    if not scopes:
+        return "all", result["metrics"]["all"]["mape"]
+    s = max(scopes, key=scopes.get)
+    return s[len(prefix):], scopes[s]

@@ -1,0 +1,482 @@
+"""Physics-first runtime model: analytical time over a bounded, learned efficiency, plus a launch floor.
+
+    runtime_ms = floor[family] + physics_ms / efficiency(x),    efficiency = e_max * sigmoid(f(x))   in (0, e_max]
+
+``physics_ms`` is the tile/wave-quantised roofline of ``features.physics`` (the math mode's peak from the spec
+registry, tensor cores included, DRAM bandwidth, SMs); ``f`` reads only the DIMENSIONLESS columns
+``features.physics.FEATURES`` (waves, tail occupancy, tile fill, K depth, aspect, alignment, compute / memory time,
+bytes / L2, dtype class, op family), so a faster GPU or a bigger shape moves the prediction through the physics
+and the efficiency saturates at its bound instead of a tree's last leaf capping the runtime. The model is fitted on
+all training hardware jointly (NeuSight's form, ASPLOS'25, learns a bounded per-tile utilisation the same way).
+``e_max`` > 1 because the physics counts the direct convolution's FLOPs and DRAM bytes: cuDNN's Winograd kernels do
+up to ~4x fewer multiplications and small inputs are served from L2.
+
+``floor`` is the launch / dispatch floor per op family: the intercept of runtime against physics time over each
+training hardware's fastest 30% of kernels, the median over hardware. It belongs to the software stack and the
+timing harness rather than the GPU (NeuSight's per-call timing: 30-50 us for a GEMM, ~200 us for a cuDNN conv;
+the H200 set's back-to-back timing: 7-20 us), so it is re-fitted by :meth:`PhysicsModel.calibrate`.
+
+Learners (``learner``), both fitted on the loss that matters, (log runtime - log y)^2, through the floor:
+
+* ``xgb``: XGBoost with a custom objective on the margin f (gradient through the sigmoid and the floor) and
+  monotone constraints where physics orders the efficiency (:data:`MONOTONE`: a fuller tail wave, fuller tiles and
+  wider-aligned operands never make a kernel less efficient);
+* ``mlp``: a small Lightning MLP with the same sigmoid head and loss (no monotone constraints).
+
+Each prediction has a domain of validity and an interval (:meth:`PhysicsModel.predict_domain`, ``models.domain``),
+calibrated at fit time on held-out folds of the training rows (shapes, hardware, the largest shapes). A new GPU
+is learned from a few of its measurements by :meth:`PhysicsModel.calibrate` (a boosted correction).
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xgboost as xgb
+
+from features.physics import (
+    FAMILIES,
+    FEATURES,
+    HARDWARE,
+    HARDWARE_IDENTITY,
+    MODES,
+    SIZE,
+    PhysicsFeaturizer,
+)
+from models.base import CostModel, check_targets
+from models.domain import Domain, calibrate_widening, conformal, widen
+
+LEARNERS = ("xgb", "mlp")
+MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1}
+MIN_CALIBRATION_ROWS = 5
+MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
+CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-validation on the new GPU's rows
+FLOOR_QUANTILE = 0.3  # the fastest 30% of a hardware's kernels of a family fix its floor
+MIN_FLOOR_MS = 1e-3
+# the columns of one (op, dtype, shape), whatever the hardware: the grouping key of the held-out-shape folds
+SHAPE_KEY = ("flops", "bytes", "dtype_bytes", "log2_k", "log2_m_over_n", "log2_batch", "log2_row", "conv_kernel",
+             "conv_stride", "causal")
+
+
+def physics_frame(X: pd.DataFrame, registry=None) -> pd.DataFrame:
+    """``X`` if it is already a physics frame, else the physics frame of a workload description frame."""
+    if not isinstance(X, pd.DataFrame):
+        raise TypeError(f"X must be a DataFrame, got {type(X).__name__}")
+    if "physics_ms" in X.columns:
+        missing = [c for c in (*FEATURES, *HARDWARE, *SIZE, "physics_ms") if c not in X.columns]
+        if missing:
+            raise ValueError(f"physics frame lacks column(s) {', '.join(missing[:5])} (build it with "
+                             "features.physics.PhysicsFeaturizer)")
+        return X.reset_index(drop=True)
+    if {"op", "hardware"} <= set(X.columns):
+        from data.hardware import HardwareRegistry
+
+        return PhysicsFeaturizer(registry or HardwareRegistry.from_dir()).transform(X)
+    raise ValueError("X must be a physics frame (features.physics.PhysicsFeaturizer) or workload descriptions "
+                     "(op, hardware, dtype and shape columns)")
+
+
+def families_of(X: pd.DataFrame) -> np.ndarray:
+    onehot = X[[f"family_{f}" for f in FAMILIES]].to_numpy()
+    return np.asarray(FAMILIES, dtype=object)[onehot.argmax(axis=1)]
+
+
+def hardware_keys(X: pd.DataFrame) -> np.ndarray:
+    """One string per row naming its hardware's spec position (rows of one GPU share it; no name needed)."""
+    H = np.round(X[list(HARDWARE_IDENTITY)].to_numpy(float), 6)
+    return np.array([",".join(f"{v:.6f}" for v in row) for row in H], dtype=object)
+
+
+def shape_keys(X: pd.DataFrame) -> np.ndarray:
+    return pd.util.hash_pandas_object(X[list(SHAPE_KEY)].round(9), index=False).to_numpy()
+
+
+def estimate_floors(X: pd.DataFrame, y: np.ndarray) -> dict[str, float]:
+    """Launch floor (ms) per op family: module docstring. Families without rows get the median of the others."""
+    fam, hw = families_of(X), hardware_keys(X)
+    phys = X["physics_ms"].to_numpy(float)
+    floors = {}
+    for f in FAMILIES:
+        intercepts = []
+        for h in np.unique(hw[fam == f]):
+            idx = np.flatnonzero((fam == f) & (hw == h))
+            if len(idx) < 10:
+                continue
+            low = idx[phys[idx] <= np.quantile(phys[idx], FLOOR_QUANTILE)]
+            A = np.column_stack([np.ones(len(low)), phys[low]]) / y[low, None]  # relative least squares
+            a, _ = np.linalg.lstsq(A, np.ones(len(low)), rcond=None)[0]
+            intercepts.append(float(np.clip(a, MIN_FLOOR_MS, y[idx].min())))
+        if intercepts:
+            floors[f] = float(np.median(intercepts))
+    if not floors:
+        floors = {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
+    default = float(np.median(list(floors.values())))
+    return {f: floors.get(f, default) for f in FAMILIES}
+
+
+def _objective(phys, floor, logy, e_max):
+    """Squared log error of ``floor + phys / (e_max sigmoid(f))`` as an XGBoost objective on the margin f."""
+    def obj(margin, _dtrain):
+        s = 1.0 / (1.0 + np.exp(-margin))
+        kernel = phys / (e_max * s)
+        pred = floor + kernel
+        slope = -(kernel / pred) * (1.0 - s)  # d log(pred) / d margin
+        resid = np.log(pred) - logy
+        return resid * slope, slope * slope + 1e-6
+    return obj
+
+
+def _correction_objective(kernel, floor, logy):
+    """Squared log error of ``floor + kernel * exp(g)`` on the margin g (the few-shot correction)."""
+    def obj(g, _dtrain):
+        k = kernel * np.exp(g)
+        pred = floor + k
+        w = k / pred
+        resid = np.log(pred) - logy
+        return resid * w, w * w + 1e-6
+    return obj
+
+
+class PhysicsModel(CostModel):
+    name = "physics"
+
+    def __init__(self, learner: str = "xgb", e_max: float = 4.0, n_estimators: int = 300, learning_rate: float = 0.05,
+                 max_depth: int = 6, subsample: float = 0.8, colsample_bytree: float = 0.8,
+                 min_child_weight: float = 5.0, monotone: bool = True, hidden: int = 64, epochs: int = 30,
+                 batch_size: int = 2048, mlp_learning_rate: float = 3e-3, level: float = 0.9,
+                 interval_folds: bool = True, interval_max_rows: int = 40000, random_state: int = 0, n_jobs: int = 1):
+        self.learner = learner
+        self.e_max = e_max
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.min_child_weight = min_child_weight
+        self.monotone = monotone
+        self.hidden = hidden
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.mlp_learning_rate = mlp_learning_rate
+        self.level = level
+        self.interval_folds = interval_folds
+        self.interval_max_rows = interval_max_rows
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    # --- fitting ------------------------------------------------------------------------------------------
+    def fit(self, X: pd.DataFrame, y) -> PhysicsModel:
+        if self.learner not in LEARNERS:
+            raise ValueError(f"PhysicsModel: unknown learner {self.learner!r} ({', '.join(LEARNERS)})")
+        if not self.e_max > 0:
+            raise ValueError(f"PhysicsModel: e_max must be > 0, got {self.e_max}")
+        X = physics_frame(X)
+        y = check_targets(y, len(X))
+        self._fit_core(X, y)
+        self.domain_ = Domain(FEATURES, HARDWARE, HARDWARE_IDENTITY, SIZE).fit(X)
+        self.corrections_: list[dict] = []
+        self.widening_ = self._calibrate_intervals(X, y) if self.interval_folds else None
+        return self
+
+    def _fit_core(self, X: pd.DataFrame, y: np.ndarray) -> None:
+        self.floors_ = estimate_floors(X, y)
+        floor = self._floor(X)
+        phys = X["physics_ms"].to_numpy(float)
+        eff0 = np.clip(phys / np.maximum(y - floor, 1e-9) / self.e_max, 1e-4, 1 - 1e-4)
+        self.base_margin_ = float(np.median(np.log(eff0 / (1 - eff0))))
+        F = X[list(FEATURES)].to_numpy(np.float32)
+        if self.learner == "xgb":
+            self._fit_xgb(F, phys, floor, y)
+        else:
+            self._fit_mlp(F, phys, floor, y)
+
+    def _fit_xgb(self, F, phys, floor, y) -> None:
+        params = {"eta": self.learning_rate, "max_depth": self.max_depth, "subsample": self.subsample,
+                  "colsample_bytree": self.colsample_bytree, "min_child_weight": self.min_child_weight,
+                  "seed": self.random_state, "nthread": self.n_jobs, "tree_method": "hist"}
+        if self.monotone:
+            params["monotone_constraints"] = "(" + ",".join(str(MONOTONE.get(f, 0)) for f in FEATURES) + ")"
+        d = xgb.DMatrix(F, feature_names=list(FEATURES))
+        d.set_base_margin(np.full(len(F), self.base_margin_))
+        self.booster_ = xgb.train(params, d, self.n_estimators, obj=_objective(phys, floor, np.log(y), self.e_max))
+
+    def _fit_mlp(self, F, phys, floor, y) -> None:
+        import torch
+
+        from models.gnn import trainer
+
+        torch.set_num_threads(max(1, self.n_jobs))
+        self.mean_, self.std_ = F.mean(axis=0), np.maximum(F.std(axis=0), 1e-6)
+        net = _mlp(len(FEATURES), self.hidden, self.base_margin_)
+        data = torch.utils.data.TensorDataset(*(torch.as_tensor(np.asarray(a, np.float32)) for a in
+                                                ((F - self.mean_) / self.std_, phys, floor, np.log(y))))
+        batches = torch.utils.data.BatchSampler(  # whole batches by one fancy index each (not row by row)
+            torch.utils.data.RandomSampler(data, generator=torch.Generator().manual_seed(self.random_state)),
+            self.batch_size, drop_last=False)
+        loader = torch.utils.data.DataLoader(data, sampler=batches, batch_size=None)
+        steps = self.epochs * len(loader)
+        trainer(self.epochs, self.random_state).fit(_mlp_module(net, self.e_max, self.mlp_learning_rate, steps), loader)
+        self.net_ = net.eval()
+
+    # --- prediction ---------------------------------------------------------------------------------------
+    def _floor(self, X: pd.DataFrame) -> np.ndarray:
+        return np.array([self.floors_[f] for f in families_of(X)], float)
+
+    def _margin(self, X: pd.DataFrame) -> np.ndarray:
+        """The efficiency's logit, clipped to +-MARGIN_CLIP (the MLP extrapolates linearly far outside)."""
+        F = X[list(FEATURES)].to_numpy(np.float32)
+        if self.learner == "xgb":
+            d = xgb.DMatrix(F, feature_names=list(FEATURES))
+            d.set_base_margin(np.full(len(F), self.base_margin_))
+            margin = self.booster_.predict(d, output_margin=True)
+        else:
+            import torch
+
+            with torch.no_grad():
+                margin = self.net_(torch.as_tensor((F - self.mean_) / self.std_, dtype=torch.float32)).numpy()
+        return np.clip(margin.astype(float), -MARGIN_CLIP, MARGIN_CLIP)
+
+    def efficiency(self, X: pd.DataFrame) -> np.ndarray:
+        """The learned efficiency physics_ms / kernel_ms in (0, e_max] (before any few-shot correction)."""
+        X = physics_frame(X)
+        return self.e_max / (1.0 + np.exp(-self._margin(X)))
+
+    def _parts(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(floor_ms, kernel_ms, correction index or -1)`` per row, few-shot corrections applied."""
+        floor = self._floor(X)
+        kernel = X["physics_ms"].to_numpy(float) / (self.e_max / (1.0 + np.exp(-self._margin(X))))
+        which = np.full(len(X), -1)
+        if self.corrections_:
+            keys = hardware_keys(X)
+            for i, c in enumerate(self.corrections_):
+                m = keys == c["key"]
+                if m.any():
+                    g = _correction_margin(c, X[m])
+                    floor[m] = floor[m] * c["floor_scale"]
+                    kernel[m] = kernel[m] * np.exp(g)
+                    which[m] = i
+        return floor, kernel, which
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        X = physics_frame(X)
+        floor, kernel, _ = self._parts(X)
+        return floor + kernel
+
+    def predict_domain(self, X: pd.DataFrame) -> pd.DataFrame:
+        """Per row: ``runtime_ms``, the interval ``lo_ms`` / ``hi_ms`` (level ``self.level``), ``in_domain``,
+        ``domain_distance``, ``domain_reason``, ``hardware_seen``, ``calibrated_on`` (few-shot hardware or '')."""
+        X = physics_frame(X)
+        floor, kernel, which = self._parts(X)
+        pred = floor + kernel
+        out = self.domain_.frame(X)
+        if self.widening_ is not None:
+            q = widen(self.widening_, out["domain_distance"], out["hardware_seen"])
+        else:
+            q = np.full(len(X), np.nan)
+        for i, c in enumerate(self.corrections_):  # calibrated hardware: its own out-of-fold half-width
+            m = which == i
+            q[m] = c["q"] + (self.widening_["slope"] if self.widening_ else 0.0) * out.loc[m, "domain_distance"]
+        out.insert(0, "runtime_ms", pred)
+        out.insert(1, "lo_ms", pred * np.exp(-q))
+        out.insert(2, "hi_ms", pred * np.exp(q))
+        out["calibrated_on"] = [self.corrections_[i]["hardware"] if i >= 0 else "" for i in which]
+        return out
+
+    # --- intervals ----------------------------------------------------------------------------------------
+    def _calibrate_intervals(self, X: pd.DataFrame, y: np.ndarray) -> dict | None:
+        """Out-of-fold scores and domain distances from sub-models (module ``models.domain``), then the widening.
+
+        Folds: 20% of the shapes held out; each hardware held out (if there are several); each math mode held out
+        (if there are several); the 10% largest shapes (FLOPs + bytes) held out. Sub-models see at most
+        ``interval_max_rows`` rows."""
+        rng = np.random.default_rng(self.random_state)
+        shapes, hw = shape_keys(X), hardware_keys(X)
+        folds = []
+        distinct = np.unique(shapes)
+        if len(distinct) >= 5:
+            held = rng.choice(distinct, max(1, len(distinct) // 5), replace=False)
+            folds.append(np.isin(shapes, held))
+        if len(np.unique(hw)) >= 2:
+            folds += [hw == h for h in np.unique(hw)]
+        modes = X[[f"mode_{m}" for m in MODES]].to_numpy().argmax(axis=1)
+        if len(np.unique(modes)) >= 2:  # a math mode never seen (e.g. tensor cores after fp32-only rows)
+            folds += [modes == m for m in np.unique(modes)]
+        work = X["flops"].to_numpy(float) + X["bytes"].to_numpy(float)
+        folds.append(work > np.quantile(work, 0.9))
+        scores, dist, seen = [], [], []
+        params = {**self.get_params(), "interval_folds": False}
+        for test in folds:
+            train = np.flatnonzero(~test)
+            if len(train) < 20 or test.sum() == 0:
+                continue
+            if len(train) > self.interval_max_rows:
+                train = np.sort(rng.choice(train, self.interval_max_rows, replace=False))
+            Xt = X.iloc[np.flatnonzero(test)].reset_index(drop=True)
+            sub = PhysicsModel(**params).fit(X.iloc[train].reset_index(drop=True), y[train])
+            dom = sub.domain_.frame(Xt)
+            scores.append(np.abs(np.log(sub.predict(Xt)) - np.log(y[test])))
+            dist.append(dom["domain_distance"].to_numpy())
+            seen.append(dom["hardware_seen"].to_numpy())
+        if not scores:
+            return None
+        return calibrate_widening(np.concatenate(scores), np.concatenate(dist), np.concatenate(seen), self.level)
+
+    # --- few-shot calibration -----------------------------------------------------------------------------
+    def calibrate(self, X_new: pd.DataFrame, y_new, hardware: str | None = None) -> PhysicsModel:
+        """A new model that also knows one new GPU from a few of its measured rows (``self`` is unchanged).
+
+        On the new rows: a scale of the launch floors and a log-bias of the kernel time (grid search), then a
+        boosted correction g(x) of log kernel time on the dimensionless features (depth-3 trees; the number of
+        rounds in :data:`CORRECTION_ROUNDS` chosen by 5-fold cross-validation on the new rows, so 10 rows mostly
+        buy the bias and 100 rows a shape-dependent correction). Rows of that hardware (same spec position) are
+        then predicted as ``floor_scale * floor + kernel * exp(g(x))`` with an interval from the out-of-fold
+        errors; other hardware is predicted as before. Raises ValueError (one line) for too few or bad rows.
+        """
+        if not hasattr(self, "floors_"):
+            raise ValueError("calibrate: fit the model first")
+        try:
+            X_new = physics_frame(X_new)
+        except TypeError as exc:
+            raise ValueError(f"calibrate: {exc}") from None
+        y_new = np.asarray(y_new, float)
+        if y_new.shape != (len(X_new),):
+            raise ValueError(f"calibrate: y has shape {y_new.shape}, expected ({len(X_new)},)")
+        if len(X_new) < MIN_CALIBRATION_ROWS:
+            raise ValueError(f"calibrate: needs at least {MIN_CALIBRATION_ROWS} measured rows of the new hardware, "
+                             f"got {len(X_new)}")
+        if not np.all(np.isfinite(y_new)) or np.any(y_new <= 0):
+            raise ValueError("calibrate: measured runtimes must be finite and > 0")
+        keys = np.unique(hardware_keys(X_new))
+        if len(keys) != 1:
+            raise ValueError(f"calibrate: rows must come from one hardware, got {len(keys)} different spec positions")
+        base_floor = self._floor(X_new)
+        base_kernel = X_new["physics_ms"].to_numpy(float) / self.efficiency(X_new)
+        logy = np.log(y_new)
+        rounds, oof = self._choose_rounds(X_new, base_floor, base_kernel, logy)
+        corr = _fit_correction(X_new, base_floor, base_kernel, logy, rounds, self.random_state)
+        corr.update(key=str(keys[0]), hardware=hardware or str(keys[0]), rows=len(X_new),
+                    q=conformal(np.abs(oof - logy), self.level))
+        new = copy.deepcopy(self)
+        new.corrections_ = [c for c in self.corrections_ if c["key"] != corr["key"]] + [corr]
+        new.domain_ = copy.deepcopy(self.domain_).add_hardware(X_new)
+        return new
+
+    def _choose_rounds(self, X, floor, kernel, logy) -> tuple[int, np.ndarray]:
+        n = len(X)
+        folds = np.random.default_rng(self.random_state).permutation(n) % min(5, n)
+        best, best_oof = None, None
+        for rounds in CORRECTION_ROUNDS:
+            if rounds and n < 20:  # too few rows for trees: the floor scale and the bias only
+                continue
+            oof = np.zeros(n)
+            for k in np.unique(folds):
+                tr, te = folds != k, folds == k
+                c = _fit_correction(X[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state)
+                g = _correction_margin(c, X[te])
+                oof[te] = np.log(floor[te] * c["floor_scale"] + kernel[te] * np.exp(g))
+            loss = float(np.mean((oof - logy) ** 2))
+            if best is None or loss < best[0] - 1e-12:
+                best, best_oof = (loss, rounds), oof
+        return best[1], best_oof
+
+    # --- persistence --------------------------------------------------------------------------------------
+    def _save_payload(self, path: Path) -> None:
+        state = {"floors": self.floors_, "base_margin": self.base_margin_, "domain": self.domain_.to_dict(),
+                 "widening": self.widening_,
+                 "corrections": [{k: v for k, v in c.items() if k != "booster"} for c in self.corrections_]}
+        for i, c in enumerate(self.corrections_):
+            if c.get("booster") is not None:
+                c["booster"].save_model(path / f"correction_{i}.ubj")
+        if self.learner == "xgb":
+            self.booster_.save_model(path / "efficiency.ubj")
+        else:
+            import torch
+
+            torch.save(self.net_.state_dict(), path / "efficiency.pt")
+            state["mean"], state["std"] = self.mean_.tolist(), self.std_.tolist()
+        (path / "physics.json").write_text(json.dumps(state, indent=1))
+
+    def _load_payload(self, path: Path) -> None:
+        state = json.loads((path / "physics.json").read_text())
+        self.floors_, self.base_margin_ = state["floors"], state["base_margin"]
+        self.domain_ = Domain.from_dict(state["domain"])
+        self.widening_ = state["widening"]
+        self.corrections_ = []
+        for i, c in enumerate(state["corrections"]):
+            file = path / f"correction_{i}.ubj"
+            c["booster"] = xgb.Booster(model_file=str(file)) if file.exists() else None
+            self.corrections_.append(c)
+        if self.learner == "xgb":
+            self.booster_ = xgb.Booster(model_file=str(path / "efficiency.ubj"))
+        else:
+            import torch
+
+            self.mean_, self.std_ = np.asarray(state["mean"], np.float32), np.asarray(state["std"], np.float32)
+            self.net_ = _mlp(len(FEATURES), self.hidden, self.base_margin_)
+            self.net_.load_state_dict(torch.load(path / "efficiency.pt"))
+            self.net_.eval()
+
+
+# --- few-shot correction ------------------------------------------------------------------------------------
+def _fit_correction(X, floor, kernel, logy, rounds: int, seed: int) -> dict:
+    """Floor scale and kernel log-bias by grid search, then ``rounds`` boosted trees of the log-correction."""
+    best = (np.inf, 1.0, 0.0)
+    for scale in np.geomspace(0.25, 4.0, 25):
+        for bias in np.linspace(-2.0, 2.0, 81):
+            loss = np.sum((np.log(scale * floor + kernel * np.exp(bias)) - logy) ** 2)
+            if loss < best[0]:
+                best = (loss, float(scale), float(bias))
+    _, scale, bias = best
+    corr = {"floor_scale": scale, "bias": bias, "rounds": int(rounds), "booster": None}
+    if rounds:
+        d = xgb.DMatrix(X[list(FEATURES)].to_numpy(np.float32), feature_names=list(FEATURES))
+        d.set_base_margin(np.full(len(X), bias))
+        params = {"eta": 0.1, "max_depth": 3, "min_child_weight": 2, "reg_lambda": 1.0, "seed": seed, "nthread": 1}
+        corr["booster"] = xgb.train(params, d, rounds, obj=_correction_objective(kernel, scale * floor, logy))
+    return corr
+
+
+def _correction_margin(corr: dict, X: pd.DataFrame) -> np.ndarray:
+    if corr.get("booster") is None:
+        return np.full(len(X), corr["bias"])
+    d = xgb.DMatrix(X[list(FEATURES)].to_numpy(np.float32), feature_names=list(FEATURES))
+    d.set_base_margin(np.full(len(X), corr["bias"]))
+    return corr["booster"].predict(d, output_margin=True).astype(float)
+
+
+# --- the MLP learner ------------------------------------------------------------------------------------------
+def _mlp(n_in: int, hidden: int, base_margin: float):
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.SiLU(), torch.nn.Linear(hidden, hidden),
+                              torch.nn.SiLU(), torch.nn.Linear(hidden, 1), torch.nn.Flatten(0))
+    with torch.no_grad():
+        net[4].bias.fill_(base_margin)
+    return net
+
+
+def _mlp_module(net, e_max: float, lr: float, steps: int):
+    import lightning as L
+    import torch
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch, _idx):
+            F, phys, floor, logy = batch
+            eff = e_max * torch.sigmoid(self.net(F))
+            loss = torch.mean((torch.log(floor + phys / eff) - logy) ** 2)
+            self.log("train_loss", loss, prog_bar=False)
+            return loss
+
+        def configure_optimizers(self):
+            opt = torch.optim.Adam(self.parameters(), lr=lr)
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    return Module()

@@ -1,0 +1,128 @@
+"""Domain of validity (models/domain.py) and the physics model's intervals: flags, distances, honest widening."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.domain import Domain, calibrate_widening, conformal, widen
+from tests.test_physics import fitted, neusight_mask, small_frame, small_rows
+
+FEATS = ["log2_k", "tail_occupancy", "op_matmul", "op_bmm"]
+HW = ["hw_log2_peak_flops", "hw_log2_bandwidth"]
+
+
+def frame(**cols) -> pd.DataFrame:
+    return pd.DataFrame({k: np.asarray(v, float) for k, v in cols.items()})
+
+
+def toy_domain() -> Domain:
+    train = frame(log2_k=[4, 6, 8, 10], tail_occupancy=[0.2, 0.5, 0.9, 1.0], op_matmul=[1, 1, 0, 0],
+                  op_bmm=[0, 0, 0, 0], hw_log2_peak_flops=[44, 44, 45, 45], hw_log2_bandwidth=[30, 30, 31, 31])
+    return Domain(FEATS, HW, HW[1:]).fit(train)
+
+
+def test_inside_is_zero_and_outside_names_the_reason():
+    dom = toy_domain()
+    X = frame(log2_k=[5, 12, 5, 5], tail_occupancy=[0.5, 0.5, 0.5, 0.5], op_matmul=[1, 1, 0, 1], op_bmm=[0, 0, 1, 0],
+              hw_log2_peak_flops=[44.5, 44.5, 44.5, 44.5], hw_log2_bandwidth=[30.5, 30.5, 30.5, 32])
+    out = dom.frame(X)
+    assert out["in_domain"].tolist() == [True, False, False, False]
+    assert out["domain_distance"][0] == 0 and out["domain_reason"][0] == ""
+    assert out["domain_reason"][1].startswith("log2_k +")           # K deeper than any training row
+    assert out["domain_distance"][2] == pytest.approx(1.0)          # an op never seen: 1 per unseen category
+    assert out["domain_reason"][2] == "op_bmm +1.00"
+    assert out["domain_distance"][3] == pytest.approx(1.0)          # twice the largest bandwidth: one octave
+    assert out["domain_reason"][3] == "hw_log2_bandwidth +1.00"
+    assert not out["hardware_seen"][3] and not out["hardware_seen"][0]  # 30.5 lies between, but is not a GPU seen
+
+
+def test_seen_hardware_and_add_hardware():
+    dom = toy_domain()
+    X = frame(log2_k=[5], tail_occupancy=[0.5], op_matmul=[1], op_bmm=[0], hw_log2_peak_flops=[47],
+              hw_log2_bandwidth=[31])
+    out = dom.frame(X)
+    assert out["hardware_seen"][0]  # its bandwidth (the identity column here) is a training GPU's
+    assert out["domain_distance"][0] == pytest.approx(2.0)  # a math-mode peak 4x the largest seen: 2 octaves
+    new = frame(log2_k=[5], tail_occupancy=[0.5], op_matmul=[1], op_bmm=[0], hw_log2_peak_flops=[47],
+                hw_log2_bandwidth=[33])
+    dom.add_hardware(new)
+    out = dom.frame(new)
+    assert out["hardware_seen"][0] and out["in_domain"][0]
+
+
+def test_round_trip_through_json():
+    dom = toy_domain()
+    again = Domain.from_dict(json.loads(json.dumps(dom.to_dict())))
+    X = frame(log2_k=[3, 20], tail_occupancy=[0.1, 1], op_matmul=[0, 1], op_bmm=[1, 0],
+              hw_log2_peak_flops=[43, 46], hw_log2_bandwidth=[29, 30])
+    pd.testing.assert_frame_equal(dom.frame(X), again.frame(X))
+
+
+def test_widening_covers_the_calibration_rows():
+    rng = np.random.default_rng(0)
+    n = 600
+    d = np.where(rng.random(n) < 0.5, 0.0, rng.uniform(0.2, 3.0, n))
+    seen = rng.random(n) < 0.5
+    s = np.abs(rng.normal(0, 0.1, n)) + 0.2 * d + np.where(seen, 0.0, 0.1)  # errors grow with distance
+    w = calibrate_widening(s, d, seen, level=0.9)
+    assert 0 < w["q_seen"] <= w["q_unseen"] and w["slope"] > 0
+    q = widen(w, d, seen)
+    inside = d == 0
+    assert np.mean(s[inside & seen] <= q[inside & seen]) >= 0.9
+    assert np.mean(s[~inside] <= q[~inside]) >= 0.9
+    assert np.all(np.diff(widen(w, np.linspace(0, 5, 20), np.zeros(20, bool))) > 0)  # wider the farther out
+
+
+def test_conformal_quantile_rule():
+    assert conformal(np.arange(1, 11), 0.9) == 10  # ceil(11 * 0.9) = 10th smallest
+    assert conformal(np.arange(1, 101), 0.9) == 91
+
+
+def test_physics_model_flags_unseen_hardware_and_dtypes():
+    """Fitted on NeuSight + the H200's fp32 rows: the H200's tensor-core dtypes are outside (their math-mode peak
+    and mode were never seen); NeuSight rows of the training GPUs are inside and their hardware is seen."""
+    model = fitted()
+    rows, X = small_rows(), small_frame()
+    dom = model.predict_domain(X)
+    tensor = (rows["hardware"] == "H200-SXM").to_numpy() & rows["dtype"].isin(["float16", "bfloat16"]).to_numpy()
+    assert not dom.loc[tensor, "in_domain"].any()
+    assert dom.loc[tensor, "domain_reason"].str.contains("dtype_bytes|mode_tensor16|hw_log2_peak_flops").mean() > 0.9
+    assert dom.loc[neusight_mask(), "hardware_seen"].all()
+    assert dom.loc[neusight_mask(), "in_domain"].mean() > 0.95
+
+
+@pytest.mark.slow
+def test_intervals_widen_outside_and_cover_held_out_rows():
+    """With interval folds: the half-width grows with the distance, and on a GPU held out of training the
+    interval covers most of its rows (the folds calibrate exactly that situation)."""
+    rows, X = small_rows(), small_frame()
+    y = rows["runtime_ms"].to_numpy()
+    nm = neusight_mask()
+    held = nm & (rows["hardware"] == "V100-PCIe-32GB").to_numpy()
+    from models.physics import PhysicsModel
+
+    model = PhysicsModel(n_estimators=60).fit(X[nm & ~held].reset_index(drop=True), y[nm & ~held])
+    w = model.widening_
+    assert w is not None and w["n_unseen"] > 0 and w["slope"] >= 0
+    dom = model.predict_domain(X[held].reset_index(drop=True))
+    covered = np.mean((y[held] >= dom["lo_ms"]) & (y[held] <= dom["hi_ms"]))
+    assert covered >= 0.75, covered
+    h200 = model.predict_domain(X[~nm].reset_index(drop=True))
+    half = np.log(h200["hi_ms"] / h200["runtime_ms"])
+    assert np.all(np.diff(half[np.argsort(h200["domain_distance"].to_numpy())]) >= -1e-9)
+
+
+def test_categories_seen_only_apart_are_outside():
+    """TF32 seen only in bmm rows: a TF32 matmul is outside although each category was seen."""
+    train = frame(log2_k=[4, 6], tail_occupancy=[0.5, 0.5], op_matmul=[1, 0], op_bmm=[0, 1],
+                  hw_log2_peak_flops=[44, 44], hw_log2_bandwidth=[30, 30])
+    dom = Domain(FEATS + ["mode_tf32"], HW, HW[1:]).fit(train.assign(mode_tf32=[0.0, 1.0]))
+    X = frame(log2_k=[5, 5], tail_occupancy=[0.5, 0.5], op_matmul=[1, 0], op_bmm=[0, 1], hw_log2_peak_flops=[44, 44],
+              hw_log2_bandwidth=[30, 30]).assign(mode_tf32=[1.0, 1.0])
+    out = dom.frame(X)
+    assert out["domain_reason"].tolist() == ["unseen combination +1.00", ""]
+    again = Domain.from_dict(json.loads(json.dumps(dom.to_dict())))
+    pd.testing.assert_frame_equal(again.frame(X), out)

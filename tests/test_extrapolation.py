@@ -1,0 +1,71 @@
+"""Extrapolation checks (models/extrapolation.py) and their runner (benchmarks/extrapolation.py) on small real slices."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import models.extrapolation as ex
+from models.physics import PhysicsModel
+from models.public_eval import spec_features
+from models.roofline import RooflineModel
+from tests.conftest import ROOT
+from tests.test_physics import small_frame, small_rows
+
+
+def test_folds_hold_out_what_they_say(registry):
+    rows = small_rows()
+    hw, dtype = rows["hardware"].to_numpy(), rows["dtype"].to_numpy()
+    (a,) = ex.faster_gpu_folds(rows)
+    assert set(hw[a.test]) == {"H200-SXM"} and set(dtype[a.test]) == {"float32"} and "H200-SXM" not in set(hw[a.train])
+    b = ex.leave_one_gpu_out_folds(rows)
+    assert [f.label for f in b] == sorted(set(hw[rows["source"].str.startswith("neusight")]))
+    for f in b:
+        assert set(hw[f.test]) == {f.label} and f.label not in set(hw[f.train])
+    (c,) = ex.leave_fastest_out_folds(rows, registry)
+    assert c.label == "A100-PCIe-40GB" and set(hw[c.test]) == {"A100-PCIe-40GB"}
+    (d,) = ex.large_shapes_folds(rows)
+    flops = rows["flops"].to_numpy()
+    assert flops[d.train].max() < 1e9 and flops[d.test].min() > 1e10
+    (e,) = ex.dtype_folds(rows)
+    assert set(dtype[e.test]) == {"bfloat16", "float16", "tf32"} and set(hw[e.test]) == {"H200-SXM"}
+    assert set(dtype[e.train][hw[e.train] == "H200-SXM"]) == {"float32"}
+    with pytest.raises(ValueError, match="no"):
+        ex.faster_gpu_folds(rows, test_hardware="L4")
+
+
+def test_run_check_scores_every_candidate_on_the_same_rows(registry):
+    rows = small_rows()
+    frames = {"physics": small_frame(), "tabular": spec_features(rows, registry)}
+    cands = [ex.Candidate("physics", lambda: PhysicsModel(n_estimators=40, interval_folds=False), "physics"),
+             ex.Candidate("roofline", RooflineModel, "tabular")]
+    (phys, roof) = ex.run_check("c", rows, frames, cands, registry)
+    assert phys["metrics"]["all"]["n"] == roof["metrics"]["all"]["n"] > 0
+    assert {"in_domain", "covered"} <= set(phys["metrics"]["all"]) and "covered" not in roof["metrics"]["all"]
+    assert phys["metrics"]["all"]["mape"] < roof["metrics"]["all"]["mape"]  # the learned efficiency beats none
+    assert ex.worst(phys)[0] == "A100-PCIe-40GB"
+
+
+@pytest.mark.slow
+def test_few_shot_check_calibrates_with_k_rows(registry):
+    rows = small_rows()
+    rows = rows[rows["hardware"].isin(["H200-SXM", "V100-PCIe-32GB", "T4"])].reset_index(drop=True)
+    from features.physics import PhysicsFeaturizer
+
+    frames = {"physics": PhysicsFeaturizer(registry).transform(rows), "tabular": spec_features(rows, registry)}
+    cands = [ex.Candidate("physics", lambda: PhysicsModel(n_estimators=40, interval_folds=False), "physics"),
+             ex.Candidate("roofline", RooflineModel, "tabular")]
+    results = ex.run_check("f", rows, frames, cands, registry, ks=(10, 30), draws=1)
+    assert {(r["model"], r["k"]) for r in results} == {("physics", 10), ("physics", 30), ("roofline", 10),
+                                                        ("roofline", 30)}
+    for r in results:
+        assert np.isfinite(r["metrics"]["all"]["mape"])
+
+
+def test_runner_rejects_an_unknown_check():
+    proc = subprocess.run([sys.executable, "benchmarks/extrapolation.py", "--check", "z"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: unknown check(s) z (a, b, c, d, e, f, all)"

@@ -1,0 +1,228 @@
+"""The physics-first runtime model (features/physics.py, models/physics.py), fitted on small real slices of the
+NeuSight and H200 datasets: it moves with the specs and the shape, stays in its bounds, round-trips, and gives one
+clear error for bad input."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from data.hardware import HardwareRegistry
+from features.physics import FEATURES, PhysicsFeaturizer, effective_peak
+from features.tabular import FeatureError
+from models.base import load_model
+from models.physics import MIN_CALIBRATION_ROWS, PhysicsModel
+from tests.conftest import SHARED
+
+pytestmark = pytest.mark.skipif(not (SHARED / "neusight").is_dir(), reason="shared NeuSight data not present")
+
+FAST = {"n_estimators": 60, "interval_folds": False}  # small models: the tests check behaviour, not accuracy
+
+
+@functools.lru_cache(maxsize=1)
+def small_rows() -> pd.DataFrame:
+    """40 rows per NeuSight file (5 GPUs, every op) + every H200 row: ~1500 real measurements."""
+    from data.importers.hopper import import_hopper
+    from data.importers.neusight import import_neusight
+
+    rows = pd.concat([import_neusight(max_rows_per_file=40), import_hopper()], ignore_index=True)
+    return rows[rows["status"] == "ok"].reset_index(drop=True)
+
+
+@functools.lru_cache(maxsize=1)
+def small_frame() -> pd.DataFrame:
+    return PhysicsFeaturizer(HardwareRegistry.from_dir()).transform(small_rows())
+
+
+def neusight_mask() -> np.ndarray:
+    return small_rows()["source"].str.startswith("neusight").to_numpy()
+
+
+@functools.lru_cache(maxsize=2)
+def fitted(interval_folds: bool = False) -> PhysicsModel:
+    """Fitted on the NeuSight slice and the H200's float32 rows; other H200 dtypes stay unseen."""
+    rows, X = small_rows(), small_frame()
+    train = neusight_mask() | (rows["dtype"] == "float32").to_numpy()
+    return PhysicsModel(**{**FAST, "interval_folds": interval_folds}).fit(
+        X[train].reset_index(drop=True), rows.loc[train, "runtime_ms"].to_numpy())
+
+
+def describe(op: str, hardware: str, dtype: str = "float32", **shape) -> pd.DataFrame:
+    return pd.DataFrame([{"op": op, "hardware": hardware, "dtype": dtype, **shape}])
+
+
+def test_effective_peak_follows_pytorch_defaults(registry):
+    a100, v100, p4, t4 = (registry.get(h) for h in ("A100-PCIe-40GB", "V100-PCIe-32GB", "P4", "T4"))
+    assert effective_peak(a100, "gemm", "float32") == (19.5e12, "fp32")       # allow_tf32=False for matmul
+    assert effective_peak(a100, "conv", "float32") == (156e12, "tf32")        # cudnn.allow_tf32=True
+    assert effective_peak(v100, "conv", "float32") == (14e12, "fp32")         # no TF32 before Ampere
+    assert effective_peak(v100, "gemm", "tf32") == (14e12, "fp32")
+    assert effective_peak(t4, "gemm", "float16") == (65e12, "tensor16")
+    assert effective_peak(p4, "gemm", "float16") == (5.5e12, "fp32_acc16")    # fp32 accumulate, not 1/64 fp16
+    assert effective_peak(v100, "gemm", "bfloat16") == (14e12, "fp32_acc16")  # no bf16 rate on Volta
+
+
+def test_gemm_tiles_and_waves(registry):
+    X = PhysicsFeaturizer(registry).transform(pd.concat([
+        describe("matmul", "H100-SXM", "float16", m=4096, n=4096, k=4096),
+        describe("matmul", "H100-SXM", "float16", m=4097, n=4096, k=4096)], ignore_index=True))
+    ideal_ms = 2 * 4096**3 / 989.4e12 * 1e3
+    assert ideal_ms <= X["compute_ms"][0] <= 1.3 * ideal_ms  # tile/wave quantisation only adds
+    assert X["compute_ms"][1] >= X["compute_ms"][0]          # one more row never makes it faster
+    assert np.all((X["tail_occupancy"] > 0) & (X["tail_occupancy"] <= 1))
+    assert np.all((X["tile_fill"] > 0) & (X["tile_fill"] <= 1))
+    assert X["log2_align_bytes"][0] == 4 and X["log2_align_bytes"][1] == 4  # K, N multiples of 8: 16 B
+    odd = PhysicsFeaturizer(registry).transform(describe("matmul", "H100-SXM", "float16", m=64, n=4095, k=64))
+    assert odd["log2_align_bytes"][0] == 1  # an odd row of fp16: 2-byte aligned
+
+
+def test_memory_bound_ops_move_with_bandwidth(registry):
+    """A GPU with twice the bandwidth (all else equal) runs a large layernorm / add about twice as fast."""
+    model = fitted()
+    a100 = registry.get("A100-PCIe-40GB")
+    fast = dataclasses.replace(a100, id="A100-2xBW", aliases=(), memory_bandwidth_gbs=2 * a100.memory_bandwidth_gbs)
+    reg = HardwareRegistry([*registry, fast])
+    for op in ("layernorm", "add"):
+        X = PhysicsFeaturizer(reg).transform(pd.concat(
+            [describe(op, h, m=16384, n=8192) for h in ("A100-PCIe-40GB", "A100-2xBW")], ignore_index=True))
+        slow_ms, fast_ms = model.predict(X)
+        assert 1.8 <= slow_ms / fast_ms <= 2.0, (op, slow_ms, fast_ms)
+
+
+def test_large_matmul_moves_with_physics_and_is_flagged(registry):
+    """No silent cap: 40960^3 (and 409600^3) fp16 on H100-SXM come back within 2x of the spec-scaled physics."""
+    model = fitted()
+    X = PhysicsFeaturizer(registry).transform(pd.concat(
+        [describe("matmul", "H100-SXM", "float16", m=s, n=s, k=s) for s in (4096, 40960, 409600)], ignore_index=True))
+    pred = model.predict(X)
+    phys = X["physics_ms"].to_numpy()
+    for big in (1, 2):
+        scaled = pred[0] * phys[big] / phys[0]  # about 1000x per step
+        assert scaled / 2 <= pred[big] <= 2 * scaled, (pred, phys)
+    dom = model.predict_domain(X)
+    assert not dom["in_domain"][1] and not dom["in_domain"][2]
+    assert dom["domain_distance"][2] > dom["domain_distance"][1] > 0
+
+
+def test_efficiency_stays_in_bounds():
+    model = fitted()
+    X = small_frame()
+    eff = model.efficiency(X)
+    assert np.all(eff > 0) and np.all(eff <= model.e_max)
+    extreme = X.copy()
+    extreme[list(FEATURES)] = extreme[list(FEATURES)] * 100.0  # far outside anything seen
+    eff = model.efficiency(extreme)
+    assert np.all(eff > 0) and np.all(eff <= model.e_max)
+
+
+def test_monotone_in_tail_occupancy():
+    """A fuller tail wave never lowers the learned efficiency (a monotone constraint of the xgb learner)."""
+    model = fitted()
+    X = small_frame()
+    X = X[X["family_gemm"] == 1].head(50).reset_index(drop=True)
+    lo, hi = X.copy(), X.copy()
+    lo["tail_occupancy"], hi["tail_occupancy"] = 0.1, 1.0
+    assert np.all(model.efficiency(hi) >= model.efficiency(lo) - 1e-9)
+
+
+def test_save_load_round_trip(tmp_path):
+    rows, X = small_rows(), small_frame()
+    model = fitted()
+    h200 = np.flatnonzero((rows["hardware"] == "H200-SXM").to_numpy() & (rows["dtype"] != "float32").to_numpy())
+    calibrated = model.calibrate(X.iloc[h200[:40]], rows["runtime_ms"].to_numpy()[h200[:40]], hardware="H200-SXM")
+    for m, name in ((model, "base"), (calibrated, "calibrated")):
+        loaded = load_model(m.save(tmp_path / name))
+        assert isinstance(loaded, PhysicsModel)
+        np.testing.assert_allclose(loaded.predict(X), m.predict(X), rtol=1e-6)
+        pd.testing.assert_frame_equal(loaded.predict_domain(X), m.predict_domain(X))
+
+
+def test_fit_on_descriptions_equals_fit_on_frame():
+    rows = small_rows().head(300)
+    y = rows["runtime_ms"].to_numpy()
+    a = PhysicsModel(**FAST).fit(rows, y)
+    b = PhysicsModel(**FAST).fit(PhysicsFeaturizer(HardwareRegistry.from_dir()).transform(rows), y)
+    np.testing.assert_allclose(a.predict(rows), b.predict(rows), rtol=1e-9)
+
+
+def test_calibrate_learns_a_new_gpu_from_its_rows():
+    """A model that never saw the H200's tensor-core rows, calibrated on 60 of them, predicts the others better;
+    it records the hardware and the number of rows, and leaves other GPUs' predictions alone."""
+    rows, X = small_rows(), small_frame()
+    model = fitted()
+    y = rows["runtime_ms"].to_numpy()
+    new = np.flatnonzero((rows["hardware"] == "H200-SXM").to_numpy() & (rows["dtype"] != "float32").to_numpy())
+    cal, test = new[::5][:60], np.setdiff1d(new, new[::5][:60])
+    tuned = model.calibrate(X.iloc[cal], y[cal], hardware="H200-SXM")
+    before = np.mean(np.abs(model.predict(X.iloc[test]) / y[test] - 1))
+    after = np.mean(np.abs(tuned.predict(X.iloc[test]) / y[test] - 1))
+    assert after < 0.7 * before, (before, after)
+    assert tuned.corrections_[-1]["hardware"] == "H200-SXM" and tuned.corrections_[-1]["rows"] == 60
+    other = np.flatnonzero(neusight_mask())[:200]
+    np.testing.assert_allclose(tuned.predict(X.iloc[other]), model.predict(X.iloc[other]))
+    dom = tuned.predict_domain(X.iloc[test])
+    assert set(dom["calibrated_on"]) == {"H200-SXM"} and dom["hardware_seen"].all()
+
+
+def test_calibrate_rejects_bad_rows():
+    rows, X = small_rows(), small_frame()
+    model = fitted()
+    y = rows["runtime_ms"].to_numpy()
+    h200 = np.flatnonzero((rows["hardware"] == "H200-SXM").to_numpy())
+    with pytest.raises(ValueError, match=f"at least {MIN_CALIBRATION_ROWS}"):
+        model.calibrate(X.iloc[h200[:3]], y[h200[:3]])
+    bad = y[h200[:20]].copy()
+    bad[0] = -1.0
+    with pytest.raises(ValueError, match="finite and > 0"):
+        model.calibrate(X.iloc[h200[:20]], bad)
+    mixed = np.concatenate([h200[:10], np.flatnonzero(neusight_mask())[:10]])
+    with pytest.raises(ValueError, match="one hardware"):
+        model.calibrate(X.iloc[mixed], y[mixed])
+    with pytest.raises(ValueError, match="shape"):
+        model.calibrate(X.iloc[h200[:20]], y[h200[:10]])
+    for exc in (model.calibrate.__doc__,):
+        assert "ValueError" in exc
+
+
+def test_bad_input_is_one_clear_error(registry):
+    with pytest.raises(FeatureError, match="no physics model"):
+        PhysicsFeaturizer(registry).transform(describe("mlp", "A100-PCIe-40GB", batch=8, width=64, depth=2))
+    with pytest.raises(FeatureError, match="unknown hardware"):
+        PhysicsFeaturizer(registry).transform(describe("matmul", "no-such-gpu", m=8, n=8, k=8))
+    with pytest.raises(FeatureError, match="fpga"):
+        PhysicsFeaturizer(registry).transform(describe("matmul", "xcvu13p", m=8, n=8, k=8))
+    rows = small_rows().head(50)
+    with pytest.raises(ValueError, match="> 0"):
+        PhysicsModel(**FAST).fit(rows, -rows["runtime_ms"].to_numpy())
+    with pytest.raises(ValueError, match="unknown learner"):
+        PhysicsModel(learner="svm", **FAST).fit(rows, rows["runtime_ms"].to_numpy())
+    with pytest.raises(ValueError, match="or workload descriptions"):
+        PhysicsModel(**FAST).fit(pd.DataFrame({"x": [1.0]}), [1.0])
+
+
+def test_cpu_rows_are_handled_and_flagged():
+    """A CPU spec (kind cpu: measured fp32 peak and copy bandwidth) gets a physics time and is out of domain for
+    a model that saw only GPUs."""
+    cpu = HardwareRegistry.from_dir().get("T4")
+    cpu = dataclasses.replace(cpu, id="cpu-test-2t", kind="cpu", vendor="x86_64", aliases=(), sm_count=2,
+                              memory_bandwidth_gbs=20.0, l2_cache_mb=1.0, peak_tflops={"float32": 0.1})
+    reg = HardwareRegistry([*HardwareRegistry.from_dir(), cpu])
+    X = PhysicsFeaturizer(reg).transform(describe("matmul", "cpu-test-2t", m=512, n=512, k=512))
+    assert X["hw_is_gpu"][0] == 0 and X["physics_ms"][0] >= 2 * 512**3 / 0.1e12 * 1e3 * 0.99
+    dom = fitted().predict_domain(X)
+    assert not dom["in_domain"][0] and dom["runtime_ms"][0] > 0
+
+
+@pytest.mark.slow
+def test_mlp_learner_fits_and_round_trips(tmp_path):
+    rows, X = small_rows(), small_frame()
+    y = rows["runtime_ms"].to_numpy()
+    model = PhysicsModel(learner="mlp", epochs=3, interval_folds=False).fit(X, y)
+    eff = model.efficiency(X)
+    assert np.all(eff > 0) and np.all(eff <= model.e_max)
+    loaded = load_model(model.save(tmp_path / "mlp"))
+    np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-5)
+    assert np.median(np.abs(model.predict(X) / y - 1)) < 1.0  # learned something (roofline alone is ~0.6)
