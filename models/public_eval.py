@@ -41,6 +41,7 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS, family as op_family
+from features.config import config_frame  # noqa: F401  (moved to features.config; re-exported here)
 from features.tabular import TabularFeaturizer
 from models.classify import FeasibilityClassifier
 from models.conformal import fit_calibrated
@@ -65,16 +66,6 @@ def spec_features(rows: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     return X_unique.loc[key.to_numpy()].reset_index(drop=True)
 
 
-def config_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """The ``config`` JSON column expanded to numeric ``cfg_<name>`` columns (strings -> category codes)."""
-    cfg = pd.DataFrame([json.loads(c) if isinstance(c, str) else {} for c in rows["config"]])
-    out = pd.DataFrame(index=range(len(rows)))
-    for col in sorted(cfg.columns):
-        values = pd.to_numeric(cfg[col], errors="coerce")
-        if values.isna().any():  # non-numeric tunable or strategy name: a stable category code
-            values = cfg[col].astype("category").cat.codes.astype(float)
-        out[f"cfg_{col}"] = values.to_numpy(float)
-    return out
 
 
 
