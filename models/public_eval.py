@@ -41,7 +41,8 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS, family as op_family
-from features.config import config_frame  # noqa: F401  (moved to features.config; re-exported here)
+from features.config import config_frame  # moved to features.config; re-exported here
+from features.fpga import fpga_features  # moved to features.fpga; re-exported here
 from features.tabular import TabularFeaturizer
 from models.classify import FeasibilityClassifier
 from models.conformal import fit_calibrated
@@ -69,16 +70,6 @@ def spec_features(rows: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
 
 
 
-def fpga_features(rows: pd.DataFrame) -> pd.DataFrame:
-    """Layer (d_in = k, d_out = n), precision bits, reuse factor, strategy and derived products (log2)."""
-    cfg = config_frame(rows)
-    k, n = rows["k"].to_numpy(float), rows["n"].to_numpy(float)
-    bits, rf = cfg["cfg_precision_bits"].to_numpy(float), cfg["cfg_reuse_factor"].to_numpy(float)
-    strategy = np.array([json.loads(c)["strategy"] == "resource" for c in rows["config"]], float)
-    return pd.DataFrame({"d_in": k, "d_out": n, "precision_bits": bits, "reuse_factor": rf,
-                         "strategy_resource": strategy, "log2_weights": np.log2(k * n),
-                         "log2_weight_bits": np.log2(k * n * bits), "log2_mults_per_cycle": np.log2(k * n / rf),
-                         "log2_reuse_factor": np.log2(rf)})
 
 
 
