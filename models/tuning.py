@@ -10,7 +10,9 @@ so far and picks the next batch by
   predictive spread from the ensemble calibrated by split conformal on the out-of-bag residuals (normalised
   "jackknife+-after-bootstrap" scores, Kim, Xu & Barber, NeurIPS 2020; Lei et al., JASA 2018: the
   ``level`` interval is mean +- q * spread, and the Gaussian sigma is that half-width / z_level);
-* ``thompson``: one draw per slot from the same Gaussian predictive distribution, the argmin of each draw;
+* ``thompson``: bootstrap Thompson sampling (Eckles & Kaptein, 2014): each member of the bootstrap ensemble is a
+  draw from an approximate posterior; slot j of a batch takes the best not yet chosen candidate of member
+  j mod n_models;
 * ``greedy``: the lowest predicted runtimes;
 * ``random``: uniform random search through the same loop (the baseline).
 
@@ -89,7 +91,7 @@ class BootstrapEnsemble:
             out = np.ones(n, bool)
             out[rows] = False
             oob.append(out)
-        logp = self._member_log(X)
+        logp = self.member_log(X)
         oob = np.array(oob)
         with np.errstate(invalid="ignore"):
             oob_mean = np.where(oob.any(0), (logp * oob).sum(0) / np.maximum(oob.sum(0), 1), np.nan)
@@ -103,18 +105,19 @@ class BootstrapEnsemble:
             self.q_ = float(scores[k - 1])
         return self
 
-    def _member_log(self, X: pd.DataFrame) -> np.ndarray:
+    def member_log(self, X: pd.DataFrame) -> np.ndarray:
+        """Log runtime predicted by each member, shape (n_models, rows)."""
         return np.log(np.maximum(np.array([m.predict(X) for m in self.members_], float), 1e-30))
 
     def predict(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(mean log runtime, Gaussian sigma of log runtime) per row."""
-        logp = self._member_log(X)
+        logp = self.member_log(X)
         half = self.q_ * (logp.std(0) + self.floor)
         return logp.mean(0), half / norm.ppf(0.5 + self.level / 2)
 
     def interval(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prediction, lo, hi) in ms: the ``level`` conformal interval exp(mean -+ q * spread)."""
-        logp = self._member_log(X)
+        logp = self.member_log(X)
         mean, half = logp.mean(0), self.q_ * (logp.std(0) + self.floor)
         return np.exp(mean), np.exp(mean - half), np.exp(mean + half)
 
@@ -208,14 +211,15 @@ def tune(space: pd.DataFrame, measure: Callable[[np.ndarray], np.ndarray], budge
             elif strategy == "ei":
                 order = np.argsort(-expected_improvement(mean, sigma, np.log(np.nanmin(runtime[ok]))),
                                    kind="stable")[:k]
-            else:  # thompson: one Gaussian draw per slot, each slot's argmin among the not yet chosen
+            else:  # thompson: slot j takes the best not yet chosen of bootstrap member j mod n_models
+                members = ens.member_log(space.iloc[free])
                 chosen: list[int] = []
                 taken = np.zeros(len(free), bool)
-                for _ in range(k):
-                    draw = np.where(taken, np.inf, mean + sigma * rng.standard_normal(len(free)))
-                    j = int(np.argmin(draw))
-                    chosen.append(j)
-                    taken[j] = True
+                for j in range(k):
+                    draw = np.where(taken, np.inf, members[j % len(members)])
+                    pick = int(np.argmin(draw))
+                    chosen.append(pick)
+                    taken[pick] = True
                 order = np.array(chosen)
             idx, reason, pred = free[order], strategy, np.exp(mean[order])
         idx = np.asarray(idx, int)
