@@ -66,12 +66,14 @@ def bram18_blocks(depth, width_bits) -> np.ndarray:
 
 def hls4ml_features(rows: pd.DataFrame) -> pd.DataFrame:
     """:func:`fpga_features` plus the hls4ml Dense-layer estimates of the module docstring."""
+    cfg = config_frame(rows)
+    sizes = np.concatenate([cfg["cfg_reuse_factor"], cfg["cfg_precision_bits"], rows["k"], rows["n"]]).astype(float)
+    if np.any(sizes < 1):
+        raise ValueError("reuse_factor, precision_bits, d_in (k) and d_out (n) must be >= 1")
     base = fpga_features(rows)
     k, n = base["d_in"].to_numpy(float), base["d_out"].to_numpy(float)
     p, rf = base["precision_bits"].to_numpy(float), base["reuse_factor"].to_numpy(float)
     resource = base["strategy_resource"].to_numpy(float)
-    if np.any(rf < 1) or np.any(p < 1):
-        raise ValueError("reuse_factor and precision_bits must be >= 1")
     mults = np.ceil(k * n / rf)
     parallel = ((rf <= 1) | (resource == 0)).astype(float)
     dsp_per_mult = np.ceil(p / 27) * np.ceil(p / 18)
