@@ -10,12 +10,12 @@ Tuner's simulation mode, which drops failed ones), the cache is the measure func
 
 **Part 1, tuning** (``models.tuning``), per cache and seed, ``budget`` = a fraction of the space:
 
-* ``model_ei_transfer``: :func:`models.tuning.tune`, expected improvement from the conformal-calibrated bootstrap
-  ensemble, features = tunables + kernel structure + spec-relative occupancy / waves + what the OTHER GPUs of
-  the same kernel measured for each configuration (their caches are given whole); first batch half from that
-  prior (``models.tuning.CacheSpace``);
-* ``model_thompson_transfer``: the same with Thompson sampling (``--thompson``);
-* ``model_ei_alone``: expected improvement, no other GPU (tunables + structure + spec-relative features only);
+* ``model_thompson_transfer``: :func:`models.tuning.tune`, bootstrap Thompson sampling over a 4-member ensemble,
+  features = tunables + kernel structure + spec-relative occupancy / waves + what the OTHER GPUs of the same
+  kernel measured for each configuration (their caches are given whole; half the members learn a factor over
+  that prior); first batch half from the prior (``models.tuning.CacheSpace``);
+* ``model_ei_transfer``: the same with expected improvement from the conformal-calibrated ensemble;
+* ``model_thompson_alone`` / ``model_ei_alone``: no other GPU (tunables + structure + spec-relative features);
 * ``random``: uniform random search through the same loop;
 * ``kt_<strategy>``: Kernel Tuner 1.5's own strategies replaying the cache in its simulation mode
   (``kernel_tuner.tune_cache``); a strategy may stop before the budget (its own iteration limits).
@@ -28,9 +28,13 @@ at the budget, and the median best found / the cache's best.
 GPU's configurations are measured, the rest are ranked. ``current_xgb_with_others`` / ``current_xgb_alone`` =
 the current evaluation's model (``models.public_eval.evaluate_kerneltuner``: ``models.tree.XGBoostModel``,
 400 trees, on the raw tunables + the GPU's spec features; with every configuration of the other GPUs, or on the
-10 % alone); ``prior`` = the other GPUs' geometric-mean relative runtime, no target measurement;
+10 % alone); ``prior`` = the other GPUs' geometric-mean relative runtime, no target measurement; ``spec_prior`` = one
+model fitted on the other GPUs with the spec-relative features only (``models.tuning.transfer_prior``), no target
+measurement;
 ``stacked_xgb`` = XGBoost fitted on the 10 % with the tuning features + the other GPUs' measurements, as a
-factor over that prior (``base_columns``); ``physics_xgb_alone`` = XGBoost on the 10 % with the tuning
+factor over that prior (``base_columns``); ``mixed_xgb_x4`` = the tuner's model: the mean log prediction of four
+XGBoost models on the same features, two as factors over the prior and two without
+(``models.tuning.transfer_model_factory``); ``physics_xgb_alone`` = XGBoost on the 10 % with the tuning
 features, no other GPU; ``ranker_lambdamart`` = ``models.ranking.RankingModel`` over the same prior. Printed:
 top-1 / top-5 slowdown among the other 90 % (``models.evaluate.topk_slowdown``), Kendall tau, and
 ``best_measured`` (the best of the 10 % / the best of all) beside ``pick`` (min(best measured, the model's top-1)
@@ -58,7 +62,8 @@ from models.evaluate import ranking_metrics  # noqa: E402
 from models.public_eval import config_frame, spec_features  # noqa: E402
 from models.ranking import RankingModel  # noqa: E402
 from models.tree import XGBoostModel  # noqa: E402
-from models.tuning import CacheSpace, kernel_tuner_run, measurements_to_within, tune  # noqa: E402
+from models.tuning import (CacheSpace, kernel_tuner_run, measurements_to_within,  # noqa: E402
+                           transfer_model_factory, tune)
 
 TOLERANCES = (0.01, 0.02, 0.05)
 
@@ -91,10 +96,9 @@ def tuning_part(rows, registry, caches, args, out: Path) -> pd.DataFrame:
         batch = max(4, int(np.ceil(budget / args.rounds)))
         print(f"\n{cache} ({hw}, {op}): {n} configurations, best {transfer.best_ms:.4g} ms, budget {budget} "
               f"({args.budget:.0%}), batch {batch}; spaces built in {time.perf_counter() - t0:.1f} s", flush=True)
-        methods = {"model_ei_transfer": ("ei", transfer), "model_ei_alone": ("ei", alone),
+        methods = {"model_thompson_transfer": ("thompson", transfer), "model_ei_transfer": ("ei", transfer),
+                   "model_thompson_alone": ("thompson", alone), "model_ei_alone": ("ei", alone),
                    "random": ("random", alone)}
-        if args.thompson:
-            methods["model_thompson_transfer"] = ("thompson", transfer)
         for seed in range(args.seeds):
             for name, (strategy, space) in methods.items():
                 t0 = time.perf_counter()
@@ -132,6 +136,32 @@ def tuning_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def tuning_summary(df: pd.DataFrame) -> str:
+    """Per method over the caches: in how many every seed got within 2 % at the budget, and the median of the
+    per-cache median measurements to 2 % (censored runs count as not reached)."""
+    lines = ["| method | caches with every seed within 2 % | median over caches of the median to 2 % |",
+             "|---|---:|---:|"]
+    n = df["cache"].nunique()
+    for method, g in df.groupby("method", sort=False):
+        per_cache = g.groupby("cache")["to_2pct"]
+        all_in = int(per_cache.apply(lambda v: np.isfinite(v).all()).sum())
+        med = np.median(per_cache.median())
+        lines.append(f"| {method} | {all_in} / {n} | {'not reached' if not np.isfinite(med) else f'{med:.0f}'} |")
+    return "\n".join(lines)
+
+
+def top1_summary(df: pd.DataFrame) -> str:
+    """Mean top-1 and pick per method over the GEMM caches and over the convolution caches."""
+    df = df.assign(kernel=df["cache"].str.split("/").str[0])
+    lines = ["| method | " + " | ".join(f"{k}: top-1 / pick / worst top-1" for k in sorted(df["kernel"].unique()))
+             + " |", "|---|" + "---|" * df["kernel"].nunique()]
+    for method, g in df.groupby("method", sort=False):
+        cells = [f"{h['top1'].mean():.3f} / {h['pick'].mean():.3f} / {h['top1'].max():.3f}"
+                 for _, h in g.groupby("kernel")]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def top1_part(rows, registry, caches, args) -> pd.DataFrame:
     records = []
     for cache in caches:
@@ -164,9 +194,12 @@ def top1_part(rows, registry, caches, args) -> pd.DataFrame:
             preds["current_xgb_alone"] = cur.fit(X_cur.iloc[mine[sup]], y[sup]).predict(X_cur.iloc[mine[test]])
             F, A = space.features, alone.features
             preds["prior"] = space.prior[test]
+            preds["spec_prior"] = F["prior_rel"].to_numpy()[test]
             stacked = XGBoostModel(n_estimators=300, learning_rate=0.05, max_depth=6, n_jobs=1, random_state=seed,
                                    base_columns="prior_base")
             preds["stacked_xgb"] = stacked.fit(F.iloc[sup], y[sup]).predict(F.iloc[test])
+            preds["mixed_xgb_x4"] = np.mean([np.log(transfer_model_factory(seed * 10 + b).fit(F.iloc[sup], y[sup])
+                                                    .predict(F.iloc[test])) for b in range(4)], axis=0)
             physics = XGBoostModel(n_estimators=300, learning_rate=0.05, max_depth=6, n_jobs=1, random_state=seed)
             preds["physics_xgb_alone"] = physics.fit(A.iloc[sup], y[sup]).predict(A.iloc[test])
             ranker = RankingModel("lambdamart", base_columns="prior_base", random_state=seed)
@@ -219,7 +252,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15, help="batches per tuning run (batch = budget / rounds)")
     ap.add_argument("--caches", default=None, help="comma list like gemm/RTX_2080_Ti (default: every cache)")
     ap.add_argument("--kt-strategies", default="random_sample,genetic_algorithm,simulated_annealing,bayes_opt")
-    ap.add_argument("--thompson", action="store_true", help="also run the Thompson-sampling tuner")
     ap.add_argument("--skip-tuning", action="store_true")
     ap.add_argument("--skip-top1", action="store_true")
     ap.add_argument("--data-root", default=None)
@@ -247,12 +279,14 @@ def main() -> None:
         print(f"\n## Tuning: measurements to reach the cache's best within 1 / 2 / 5 % (median of {args.seeds} seeds), "
               f"budget {args.budget:.0%} of the space\n")
         print(tuning_table(tuning))
+        print("\n" + tuning_summary(tuning))
     if not args.skip_top1:
         print("\n## Top-1 with 10 % measured (mean of seeds)\n", flush=True)
         top1 = top1_part(rows, registry, caches, args)
         top1.to_csv(out / "top1.csv", index=False)
         print()
         print(top1_table(top1))
+        print("\n" + top1_summary(top1))
     if args.mlflow_uri:
         log_mlflow(args.mlflow_uri, tuning, top1, {"seeds": args.seeds, "top1_seeds": args.top1_seeds,
                                                    "budget": args.budget, "machine": machine()})

@@ -163,7 +163,7 @@ def _pick(rng, candidates: np.ndarray, k: int) -> np.ndarray:
 
 
 def tune(space: pd.DataFrame, measure: Callable[[np.ndarray], np.ndarray], budget: int, batch_size: int = 32,
-         strategy: str = "ei", seed: int = 0, model_factory: Callable = default_model_factory,
+         strategy: str = "thompson", seed: int = 0, model_factory: Callable = default_model_factory,
          prior=None, n_models: int = 4, level: float = 0.9, min_fit: int = 8) -> TuneResult:
     """Tune over ``space`` (one feature row per candidate) with at most ``budget`` calls' worth of measurements.
 
