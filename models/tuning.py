@@ -351,3 +351,23 @@ def kernel_tuner_run(cache: str | Path, strategy: str, budget: int, seed: int = 
         t = r.get("time")
         order.append(float(t) if isinstance(t, (int, float)) and "__error__" not in r else np.nan)
     return np.array(order[: int(budget)], float)
+
+
+def tune_on_rows(rows: pd.DataFrame, hardware: str, registry: HardwareRegistry, budget: float,
+                 batch_size: int | None = None, strategy: str = "thompson", seed: int = 0, op: str | None = None,
+                 transfer: bool = True, rounds: int = 15) -> TuneResult:
+    """A whole simulated tuning run on ``hardware``'s recorded configurations in one call (what a ``costmodel
+    tune`` subcommand would run): :meth:`CacheSpace.from_rows` (the other GPUs in ``rows`` are the transfer data
+    if ``transfer``), then :func:`tune`. ``budget`` < 1 is a fraction of the space, else a count; the batch is
+    budget / ``rounds`` unless given. ``extra`` of the result holds the space size, the budget and the best
+    recorded runtime."""
+    if not budget > 0:
+        raise ValueError(f"budget must be > 0 (a fraction < 1 or a count), got {budget}")
+    space = CacheSpace.from_rows(rows, hardware, registry, op=op, transfer=transfer)
+    n = len(space.runtime_ms)
+    count = int(np.ceil(budget * n)) if budget < 1 else int(budget)
+    batch = batch_size or max(1, int(np.ceil(count / rounds)))
+    result = tune(space.features, space.measure, count, batch, strategy, seed, space.model_factory,
+                  prior=space.prior)
+    result.extra.update(space_size=n, budget=count, best_recorded_ms=space.best_ms)
+    return result

@@ -8,13 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data.hardware import HardwareRegistry
 from data.importers.kerneltuner import import_kerneltuner, load_cache
 from features.config import (config_frame, device_limits, gemm_structure, reference_runtime_features,
                              spec_relative, tuning_features)
 from models.tree import XGBoostModel
 from models.tuning import (BootstrapEnsemble, CacheSpace, expected_improvement, kernel_tuner_run,
-                           measurements_to_within, tune)
+                           measurements_to_within, tune, tune_on_rows)
 from tests.conftest import SHARED
 
 
@@ -216,4 +215,8 @@ def test_cache_space_without_transfer(conv_rows, registry):
     space = CacheSpace.from_rows(conv_rows, "W6600", registry, transfer=False)
     assert space.prior is None and not any(c.startswith("ref_") for c in space.features.columns)
     assert space.measure([0, 1]).tolist() == space.runtime_ms[:2].tolist()
-    assert isinstance(registry, HardwareRegistry)
+    res = tune_on_rows(conv_rows, "W6600", registry, 0.01, transfer=False, seed=1)
+    assert res.extra["budget"] == 44 and len(res.history) == 44 and res.extra["best_recorded_ms"] == space.best_ms
+    assert res.best_runtime_ms >= space.best_ms
+    with pytest.raises(ValueError, match="budget"):
+        tune_on_rows(conv_rows, "W6600", registry, 0)
