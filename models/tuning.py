@@ -4,7 +4,7 @@
 candidate configuration), a ``measure`` function (indices -> runtimes in ms; the real kernel, or a cache replay),
 a model factory (any :class:`~models.base.CostModel` that fits positive runtimes), a budget of measurements and
 a batch size. Each round it fits a small bootstrap ensemble (:class:`BootstrapEnsemble`) on everything measured
-so far and picks the next batch by
+so far and picks the next batch by (``thompson`` is the default: the most robust in ``benchmarks/tuning_sim.py``)
 
 * ``ei``: expected improvement over the best runtime measured so far, in log space, with a per-candidate
   predictive spread from the ensemble calibrated by split conformal on the out-of-bag residuals (normalised
@@ -60,8 +60,9 @@ def transfer_model_factory(seed: int = 0):
     """For spaces with a ``prior_base`` column (:class:`CacheSpace` with transfer): even seeds learn a factor over
     the prior (``base_columns="prior_base"``: with few measurements they rank as the prior does), odd seeds learn
     from the features alone. In a :class:`BootstrapEnsemble` half the members trust the other GPUs and half do
-    not; where they disagree the spread, and so the expected improvement, grows, so a misleading prior costs
-    exploration instead of the search."""
+    not; with Thompson sampling each member picks its own share of a batch, so when the prior misleads the
+    members that ignore it keep exploring (on the A100 convolution cache Thompson recovered in every seed, expected
+    improvement over the same ensemble in none: docs/search.md)."""
     return default_model_factory(seed, "prior_base" if seed % 2 == 0 else None)
 
 
@@ -109,11 +110,14 @@ class BootstrapEnsemble:
         """Log runtime predicted by each member, shape (n_models, rows)."""
         return np.log(np.maximum(np.array([m.predict(X) for m in self.members_], float), 1e-30))
 
-    def predict(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """(mean log runtime, Gaussian sigma of log runtime) per row."""
-        logp = self.member_log(X)
+    def moments(self, logp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, calibrated Gaussian sigma) per row from the members' log predictions (:meth:`member_log`)."""
         half = self.q_ * (logp.std(0) + self.floor)
         return logp.mean(0), half / norm.ppf(0.5 + self.level / 2)
+
+    def predict(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(mean log runtime, Gaussian sigma of log runtime) per row."""
+        return self.moments(self.member_log(X))
 
     def interval(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prediction, lo, hi) in ms: the ``level`` conformal interval exp(mean -+ q * spread)."""
@@ -205,14 +209,14 @@ def tune(space: pd.DataFrame, measure: Callable[[np.ndarray], np.ndarray], budge
         else:
             ens = BootstrapEnsemble(model_factory, n_models, level, seed=seed * 7919 + batch)
             ens.fit(space.iloc[np.flatnonzero(ok)], runtime[ok])
-            mean, sigma = ens.predict(space.iloc[free])
+            members = ens.member_log(space.iloc[free])
+            mean, sigma = ens.moments(members)
             if strategy == "greedy":
                 order = np.argsort(mean, kind="stable")[:k]
             elif strategy == "ei":
                 order = np.argsort(-expected_improvement(mean, sigma, np.log(np.nanmin(runtime[ok]))),
                                    kind="stable")[:k]
             else:  # thompson: slot j takes the best not yet chosen of bootstrap member j mod n_models
-                members = ens.member_log(space.iloc[free])
                 chosen: list[int] = []
                 taken = np.zeros(len(free), bool)
                 for j in range(k):
