@@ -7,13 +7,12 @@
 """
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pandas as pd
 
 from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS
+from features.config import config_frame  # noqa: F401  (re-exported: Kernel Tuner tunables)
+from features.fpga import fpga_features  # noqa: F401  (re-exported: hls4ml dense layers)
 from features.tabular import TabularFeaturizer
 
 DESCRIBE = ["op", "hardware", "dtype", *SHAPE_PARAMS]
@@ -27,27 +26,3 @@ def spec_features(rows: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X_unique = TabularFeaturizer(registry).transform(desc[first.to_numpy()].reset_index(drop=True))
     X_unique.index = key[first.to_numpy()].to_numpy()
     return X_unique.loc[key.to_numpy()].reset_index(drop=True)
-
-
-def config_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """The ``config`` JSON column expanded to numeric ``cfg_<name>`` columns (strings -> category codes)."""
-    cfg = pd.DataFrame([json.loads(c) if isinstance(c, str) else {} for c in rows["config"]])
-    out = pd.DataFrame(index=range(len(rows)))
-    for col in sorted(cfg.columns):
-        values = pd.to_numeric(cfg[col], errors="coerce")
-        if values.isna().any():  # non-numeric tunable or strategy name: a stable category code
-            values = cfg[col].astype("category").cat.codes.astype(float)
-        out[f"cfg_{col}"] = values.to_numpy(float)
-    return out
-
-
-def fpga_features(rows: pd.DataFrame) -> pd.DataFrame:
-    """Layer (d_in = k, d_out = n), precision bits, reuse factor, strategy and derived products (log2)."""
-    cfg = config_frame(rows)
-    k, n = rows["k"].to_numpy(float), rows["n"].to_numpy(float)
-    bits, rf = cfg["cfg_precision_bits"].to_numpy(float), cfg["cfg_reuse_factor"].to_numpy(float)
-    strategy = np.array([json.loads(c)["strategy"] == "resource" for c in rows["config"]], float)
-    return pd.DataFrame({"d_in": k, "d_out": n, "precision_bits": bits, "reuse_factor": rf,
-                         "strategy_resource": strategy, "log2_weights": np.log2(k * n),
-                         "log2_weight_bits": np.log2(k * n * bits), "log2_mults_per_cycle": np.log2(k * n / rf),
-                         "log2_reuse_factor": np.log2(rf)})
