@@ -39,7 +39,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "tune.yaml"
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -81,19 +83,17 @@ def encode(configs: pd.DataFrame) -> pd.DataFrame:
 def _read_doc(path: Path) -> dict:
     if not path.exists():
         raise ValueError(f"space file not found: {path}")
+    if path.suffix not in (".yaml", ".yml", ".json"):
+        raise ValueError(f"unsupported space file {path.name!r}: use .yaml, .yml or .json")
     try:
-        if path.suffix in (".yaml", ".yml"):
-            doc = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-        elif path.suffix == ".json":
+        if path.suffix == ".json":
             doc = json.loads(path.read_text())
         else:
-            raise ValueError(f"unsupported space file {path.name!r}: use .yaml, .yml or .json")
-    except ValueError:
-        raise
-    except Exception as exc:  # a YAML / JSON syntax error of the user's file
+            doc = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (ValueError, yaml.YAMLError, OmegaConfBaseException) as exc:  # a syntax error of the user's file
         raise ValueError(f"cannot parse {path}: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: expected a mapping with 'tunables' (and optional 'restrictions')")
+        raise ValueError(f"{path}: expected a mapping with 'tunables' (and optional 'restrictions')")  # noqa: TRY004
     return doc
 
 
@@ -123,7 +123,7 @@ def space_from_dict(doc: dict, source: str = "space") -> Space:
         for text, code in compiled:
             try:
                 ok = bool(eval(code, {"__builtins__": {}, **_SAFE}, dict(config)))
-            except Exception as exc:  # the user's expression: name it and the configuration it failed on
+            except Exception as exc:  # noqa: BLE001 (the user's expression: named with the configuration it failed on)
                 raise ValueError(f"{source}: restriction {text!r} fails on {config}: {exc}") from None
             if not ok:
                 break
@@ -184,7 +184,7 @@ def command_measure(command: str, configs: pd.DataFrame, timeout_s: float | None
         for i in np.asarray(indices, int):
             config = {k: _plain(v) for k, v in configs.iloc[i].items()}
             try:
-                done = subprocess.run(command, shell=True, input=json.dumps(config), capture_output=True, text=True,
+                done = subprocess.run(command, check=False, shell=True, input=json.dumps(config), capture_output=True, text=True,
                                       timeout=timeout_s)
                 ms = parse_runtime(done.stdout) if done.returncode == 0 else float("nan")
                 why = f"exit {done.returncode}" if done.returncode else ("no number printed" if np.isnan(ms) else "")
@@ -239,7 +239,7 @@ def budget_count(budget: float, n: int) -> int:
     """``budget`` < 1 is a fraction of the space, else a count; at most the space."""
     if not budget > 0:
         raise ValueError(f"budget must be > 0 (a fraction < 1 or a count), got {budget}")
-    return min(n, int(math.ceil(budget * n)) if budget < 1 else int(budget))
+    return min(n, math.ceil(budget * n) if budget < 1 else int(budget))
 
 
 @dataclass

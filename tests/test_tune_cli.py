@@ -106,9 +106,16 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message):
 @pytest.mark.slow
 def test_hydra_entry_point_logs_to_mlflow(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pipelines.tune", f"cache={A100}", "budget=20", "batch=10",
-                           f"paths.output_dir={tmp_path}"], capture_output=True, text=True, timeout=300)
+                           f"paths.output_dir={tmp_path}"], check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "found / best recorded" in done.stdout
     with sqlite3.connect(tmp_path / "mlflow.db") as db:
         metrics = dict(db.execute("select key, value from metrics").fetchall())
     assert metrics["tune/A100/measured"] == 20 and metrics["tune/A100/best_ms"] >= metrics["tune/A100/best_recorded_ms"]
+
+
+def test_unparsable_space_file(tmp_path, capsys):
+    (tmp_path / "s.yaml").write_text("tunables: {x: [1, 2\n")
+    rc = main(["tune", "--space", str(tmp_path / "s.yaml"), "--measure", "true"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "cannot parse" in err[0]
