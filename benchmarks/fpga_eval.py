@@ -14,7 +14,9 @@ Models: ``current_xgb`` = what ``pipelines.evaluate`` fits today (one multi-targ
 multiplier cost, BRAM_18K packing of the weights, pipeline depth, the resource strategy's multiplexing);
 ``hurdle_hls4ml`` = ``models.hurdle.HurdleModel`` on those features: zero / non-zero classifier + amount for DSP
 and BRAM, DSP / BRAM / latency learned as factors over the hls4ml estimates (``base_columns``), shallow trees
-(depth 3, 800 rounds). Printed per target: R^2 (raw counts), SMAPE over all rows and over the rows with a
+(depth 3, 800 rounds); ``hurdle_regime`` = the same with LUT and FF modelled per design regime
+(``features.fpga.LUT_FF_REGIMES``: per output + per input for stored weights, per weight when fully parallel).
+Printed per target: R^2 (raw counts), SMAPE over all rows and over the rows with a
 non-zero truth, zero / non-zero accuracy (DSP, BRAM), and for the hurdle model the empirical coverage of its
 split-conformal 90 % intervals (``models.conformal.fit_calibrated``, calibrated on a fifth of the training
 shapes); then the same on the resource-strategy designs with reuse > 1 alone (the fully parallel designs, reuse 1
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.tuning_sim import machine  # noqa: E402
 from data.hardware import HardwareRegistry  # noqa: E402
 from data.importers.wa_hls4ml import import_wa_hls4ml  # noqa: E402
-from features.fpga import fpga_features, hls4ml_features  # noqa: E402
+from features.fpga import LUT_FF_REGIMES, fpga_features, hls4ml_features  # noqa: E402
 from models.classify import FeasibilityClassifier  # noqa: E402
 from models.conformal import fit_calibrated  # noqa: E402
 from models.evaluate import resource_metrics, smape  # noqa: E402
@@ -65,6 +67,9 @@ def models(lower, upper, seed: int) -> dict:
         "hurdle_hls4ml": (hls4ml_features, lambda: HurdleModel(
             list(FPGA_TARGETS), transform=TRANSFORMS, base_columns=BASES, lower=lower, upper=upper, max_depth=3,
             n_estimators=800, random_state=seed)),
+        "hurdle_regime": (hls4ml_features, lambda: HurdleModel(
+            list(FPGA_TARGETS), transform=TRANSFORMS, base_columns=BASES, lower=lower, upper=upper, max_depth=3,
+            n_estimators=800, random_state=seed, regime_column="fully_parallel", regime_models=LUT_FF_REGIMES)),
     }
 
 
@@ -99,7 +104,7 @@ def main() -> None:
             P = make().fit(X.iloc[tr], Y[tr]).predict(X.iloc[te])
             seconds = time.perf_counter() - t0
             cover = [np.nan] * len(targets)
-            if name == "hurdle_hls4ml":
+            if name.startswith("hurdle"):
                 cal = fit_calibrated(make(), X.iloc[tr], Y[tr], layer_shape_groups(ok.iloc[tr]), 0.2, 0.9, seed)
                 cover = cal.coverage(X.iloc[te], Y[te])
             stored = feats[hls4ml_features]["fully_parallel"].to_numpy()[te] == 0
