@@ -184,8 +184,8 @@ def command_measure(command: str, configs: pd.DataFrame, timeout_s: float | None
         for i in np.asarray(indices, int):
             config = {k: _plain(v) for k, v in configs.iloc[i].items()}
             try:
-                done = subprocess.run(command, check=False, shell=True, input=json.dumps(config), capture_output=True, text=True,
-                                      timeout=timeout_s)
+                done = subprocess.run(command, check=False, shell=True, input=json.dumps(config), capture_output=True,
+                                      text=True, timeout=timeout_s)
                 ms = parse_runtime(done.stdout) if done.returncode == 0 else float("nan")
                 why = f"exit {done.returncode}" if done.returncode else ("no number printed" if np.isnan(ms) else "")
             except subprocess.TimeoutExpired:

@@ -21,7 +21,8 @@ A4000 = SHARED / "kerneltuner" / "convolution_milo" / "A4000.json.gz"
 # runtime (x - 4)^2 + 1 (+ 0.5 for y = "b"); x = 5 exits 3 (a crash), x = 3 with y = "b" prints no number
 BENCH = ("import json, sys; c = json.load(sys.stdin); "
          "sys.exit(3) if c['x'] == 5 else None; "
-         "print('n/a' if (c['x'], c['y']) == (3, 'b') else f\"time: {(c['x'] - 4) ** 2 + 1 + 0.5 * (c['y'] == 'b')} ms\")")
+         "t = (c['x'] - 4) ** 2 + 1 + 0.5 * (c['y'] == 'b'); "
+         "print('n/a' if (c['x'], c['y']) == (3, 'b') else f'time: {t} ms')")
 
 
 def test_replay_a_shared_cache(tmp_path, capsys):
@@ -79,7 +80,8 @@ def test_real_measure_command_with_failures(tmp_path, capsys):
 def test_no_number_is_a_failure(tmp_path, capsys):
     space = tmp_path / "space.json"
     space.write_text(json.dumps({"tunables": {"x": [3], "y": ["a", "b"]}}))
-    rc = main(["tune", "--space", str(space), "--measure", f"{sys.executable} -c {shlex.quote(BENCH)}", "--budget", "2"])
+    cmd = f"{sys.executable} -c {shlex.quote(BENCH)}"
+    rc = main(["tune", "--space", str(space), "--measure", cmd, "--budget", "2"])
     captured = capsys.readouterr()
     assert rc == 0 and "no number printed" in captured.err and "measured 2, failed 1" in captured.out
     assert parse_runtime("compiled in 3 s\n0.25\n") == 0.25 and np.isnan(parse_runtime("error"))
