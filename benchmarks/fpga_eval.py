@@ -1,6 +1,7 @@
 """FPGA resources and latency of hls4ml Dense layers on layer shapes never synthesised (wa-hls4ml).
 
-    nice -n 10 .venv/bin/python benchmarks/fpga_eval.py [--seeds 5] [--test-size 0.25] [--mlflow-uri URI]
+    nice -n 10 .venv/bin/python benchmarks/fpga_eval.py [--seeds 5] [--first-seed 0] [--test-size 0.25]
+                                                        [--mlflow-uri URI]
 
 Data: the wa-hls4ml rows of ``../shared/data/wa_hls4ml`` (``data.importers.wa_hls4ml``: 784 synthesised designs for
 the resource models, all 2 142 rows for feasibility). Split: ``models.splits.held_out_layer_shapes`` (a quarter
@@ -14,7 +15,11 @@ Models: ``current_xgb`` = what ``pipelines.evaluate`` fits today (one multi-targ
 multiplier cost, BRAM_18K packing of the weights, pipeline depth, the resource strategy's multiplexing);
 ``hurdle_hls4ml`` = ``models.hurdle.HurdleModel`` on those features: zero / non-zero classifier + amount for DSP
 and BRAM, DSP / BRAM / latency learned as factors over the hls4ml estimates (``base_columns``), shallow trees
-(depth 3, 800 rounds). Printed per target: R^2 (raw counts), SMAPE over all rows and over the rows with a
+(depth 3, 800 rounds); ``hurdle_round1`` = the same on round 1's
+hls4ml features (without ``ROUND2_COLUMNS``); ``hurdle_regime`` = the hurdle model with LUT and FF modelled per
+design regime
+(``features.fpga.LUT_FF_REGIMES``: per output + per input for stored weights, per weight when fully parallel).
+Printed per target: R^2 (raw counts), SMAPE over all rows and over the rows with a
 non-zero truth, zero / non-zero accuracy (DSP, BRAM), and for the hurdle model the empirical coverage of its
 split-conformal 90 % intervals (``models.conformal.fit_calibrated``, calibrated on a fifth of the training
 shapes); then the same on the resource-strategy designs with reuse > 1 alone (the fully parallel designs, reuse 1
@@ -41,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.tuning_sim import machine  # noqa: E402
 from data.hardware import HardwareRegistry  # noqa: E402
 from data.importers.wa_hls4ml import import_wa_hls4ml  # noqa: E402
-from features.fpga import fpga_features, hls4ml_features  # noqa: E402
+from features.fpga import LUT_FF_REGIMES, fpga_features, hls4ml_features  # noqa: E402
 from models.classify import FeasibilityClassifier  # noqa: E402
 from models.conformal import fit_calibrated  # noqa: E402
 from models.evaluate import resource_metrics, smape  # noqa: E402
@@ -57,20 +62,36 @@ PUBLISHED = {"lut": "R² 0.73, SMAPE 2.9", "ff": "R² 0.74, SMAPE 2.9", "dsp": "
 GOALS = "goals on withheld shapes: R² >= 0.98 every target, SMAPE <= 3 % LUT and FF, DSP zero/non-zero accuracy >= 0.99"
 
 
+# the hls4ml_features columns added in round 2 (what LUT / FF scale with): dropped for the round-1 hurdle model
+ROUND2_COLUMNS = ["weights", "log2_d_in", "log2_d_out", "log2_outputs_per_lane", "outputs_per_lane_pow2", "shared_dsp"]
+
+
+def round1_features(rows: pd.DataFrame) -> pd.DataFrame:
+    """``hls4ml_features`` as in round 1 (without ``ROUND2_COLUMNS``): the before of the before / after."""
+    return hls4ml_features(rows).drop(columns=ROUND2_COLUMNS)
+
+
 def models(lower, upper, seed: int) -> dict:
     multi = dict(targets=list(FPGA_TARGETS), transform=TRANSFORMS, lower=lower, upper=upper)
     return {
         "current_xgb": (fpga_features, lambda: XGBoostModel(n_estimators=400, n_jobs=1, random_state=seed, **multi)),
         "xgb_hls4ml": (hls4ml_features, lambda: XGBoostModel(n_estimators=400, n_jobs=1, random_state=seed, **multi)),
+        "hurdle_round1": (round1_features, lambda: HurdleModel(
+            list(FPGA_TARGETS), transform=TRANSFORMS, base_columns=BASES, lower=lower, upper=upper, max_depth=3,
+            n_estimators=800, random_state=seed)),
         "hurdle_hls4ml": (hls4ml_features, lambda: HurdleModel(
             list(FPGA_TARGETS), transform=TRANSFORMS, base_columns=BASES, lower=lower, upper=upper, max_depth=3,
             n_estimators=800, random_state=seed)),
+        "hurdle_regime": (hls4ml_features, lambda: HurdleModel(
+            list(FPGA_TARGETS), transform=TRANSFORMS, base_columns=BASES, lower=lower, upper=upper, max_depth=3,
+            n_estimators=800, random_state=seed, regime_column="fully_parallel", regime_models=LUT_FF_REGIMES)),
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0, help="split seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--test-size", type=float, default=0.25)
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--out", default="outputs/fpga_eval")
@@ -86,11 +107,12 @@ def main() -> None:
     targets = list(FPGA_TARGETS)
     Y = ok[targets].to_numpy(float)
     lower, upper = fpga_bounds(registry, "xcvu13p", targets)
-    feats = {fn: fn(ok) for fn in (fpga_features, hls4ml_features)}
+    feats = {fn: fn(ok) for fn in (fpga_features, round1_features, hls4ml_features)}
     print(f"machine: {machine()}; {len(rows)} rows, {len(ok)} synthesised, {len(set(layer_shape_groups(ok)))} "
-          f"layer shapes; {args.seeds} seeds of held-out layer shapes ({args.test_size:.0%})", flush=True)
+          f"layer shapes; {args.seeds} seeds (from {args.first_seed}) of held-out layer shapes "
+          f"({args.test_size:.0%})", flush=True)
     records, feas = [], []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         tr, te = held_out_layer_shapes(ok, args.test_size, seed)
         held = sorted(set(layer_shape_groups(ok.iloc[te])))
         for name, (featurize, make) in models(lower, upper, seed).items():
@@ -99,7 +121,7 @@ def main() -> None:
             P = make().fit(X.iloc[tr], Y[tr]).predict(X.iloc[te])
             seconds = time.perf_counter() - t0
             cover = [np.nan] * len(targets)
-            if name == "hurdle_hls4ml":
+            if name.startswith("hurdle"):
                 cal = fit_calibrated(make(), X.iloc[tr], Y[tr], layer_shape_groups(ok.iloc[tr]), 0.2, 0.9, seed)
                 cover = cal.coverage(X.iloc[te], Y[te])
             stored = feats[hls4ml_features]["fully_parallel"].to_numpy()[te] == 0

@@ -20,7 +20,15 @@ Rows are schema rows of ``data.importers.wa_hls4ml`` (op ``dense``, ``k`` = d_in
     ``bram18_if_stored`` = ceil(width / mode width) x ceil(depth / mode depth); 0 when fully parallel;
   - accumulator width 2p + ceil(log2 d_in), and the adder-tree depth ceil(log2 d_in);
   - pipeline depth by strategy: resource = reuse + 2 cycles (the pipelined multiply-accumulate loop, initiation
-    interval 1, plus the output stage), fully parallel = 1 + the adder-tree depth / 4 (a few adds per 5 ns cycle).
+    interval 1, plus the output stage), fully parallel = 1 + the adder-tree depth / 4 (a few adds per 5 ns cycle);
+  - what LUT and FF scale with: ``weights`` (d_in x d_out: a fully parallel design multiplies every weight by a
+    constant and sums them in adder trees), ``d_out`` and ``d_in`` for a stored-weight design (on the 589 stored
+    syntheses here that share outputs per lane, d_out and precision with another d_in, LUT = 32.3 x d_in +
+    d_out x g(outputs per lane, d_out, precision) within 0.5 %: an input multiplexer, then ``reuse / d_in``
+    accumulators per lane); ``log2_outputs_per_lane`` and whether it is a power of two
+    (``outputs_per_lane_pow2``): g jumps between 2, 3 and 4 outputs per lane and above 32 multipliers, Vivado's
+    choices; ``shared_dsp``: latency strategy with reuse > 1 and >= 8-bit products, where Vivado shares a few
+    DSPs over hundreds of cycles.
 
 The estimates are positive where a model uses them as a base (``base_columns``): ``*_base`` columns are the
 estimates floored at 1.
@@ -96,7 +104,33 @@ def hls4ml_features(rows: pd.DataFrame) -> pd.DataFrame:
         outputs_per_lane=np.where(parallel > 0, 1.0, np.maximum(rf / k, 1.0)),
         reuse_pow2=(np.log2(rf) % 1 == 0).astype(float), d_in_pow2=(np.log2(k) % 1 == 0).astype(float),
         d_out_pow2=(np.log2(n) % 1 == 0).astype(float), gcd_reuse_d_in=np.gcd(rf.astype(int), k.astype(int)) / k)
+    # what LUT and FF scale with (docs/search.md): a fully parallel design pays per weight (constant multipliers,
+    # adder trees), a stored-weight design per output (each lane keeps reuse / d_in accumulators) and per input
+    # (the input multiplexer); with the latency strategy and reuse > 1, Vivado shares the DSP multipliers of
+    # >= 8-bit products (a few DSPs, hundreds of cycles) and keeps the rest of the fully parallel datapath
+    out = out.assign(
+        weights=k * n, log2_d_in=np.log2(k), log2_d_out=np.log2(n),
+        log2_outputs_per_lane=np.where(parallel > 0, 0.0, np.log2(rf / k)),
+        outputs_per_lane_pow2=np.where(parallel > 0, 1.0, (np.log2(rf / k) % 1 == 0).astype(float)),
+        shared_dsp=((resource == 0) & (rf > 1) & (p >= 8)).astype(float))
     out["dsps_base"] = np.maximum(out["dsps_if_mapped"], 1.0)
     out["bram18_base"] = np.maximum(bram, 1.0)
     out["latency_base"] = np.maximum(depth, 1.0)
     return out
+
+
+# LUT and FF per design regime (``fully_parallel`` 0 / 1) for ``models.hurdle.HurdleModel(regime_column=
+# "fully_parallel", regime_models=LUT_FF_REGIMES)`` on :func:`hls4ml_features`: a stored-weight design as
+# alpha x d_in (the input multiplexer; LUT only) + d_out x exp(f(outputs per lane, multipliers, precision, ...)),
+# a fully parallel one as weights x exp(f(precision, strategy, DSP sharing, adder-tree depth)). Each tree then
+# learns a per-output or per-weight cost that stays in the range seen in training, and the size of a withheld
+# layer shape enters through the base and the offset (docs/search.md, "FPGA").
+STORED_LUT_FF_FEATURES = ["precision_bits", "log2_outputs_per_lane", "log2_mults", "log2_d_out", "reuse_case",
+                          "outputs_per_lane_pow2"]
+PARALLEL_LUT_FF_FEATURES = ["precision_bits", "strategy_resource", "shared_dsp", "dsp_per_mult", "adder_tree_depth"]
+LUT_FF_REGIMES = {
+    "lut": {"features": {"0": STORED_LUT_FF_FEATURES, "1": PARALLEL_LUT_FF_FEATURES},
+            "base_columns": {"0": "d_out", "1": "weights"}, "offset_columns": {"0": "d_in"}},
+    "ff": {"features": {"0": STORED_LUT_FF_FEATURES, "1": PARALLEL_LUT_FF_FEATURES},
+           "base_columns": {"0": "d_out", "1": "weights"}},
+}

@@ -43,6 +43,7 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS, family as op_family
+from features.fpga import hls4ml_features
 from features.public_data import DESCRIBE, config_frame, fpga_features, spec_features
 from models.classify import FeasibilityClassifier
 from models.conformal import fit_calibrated
@@ -241,6 +242,12 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, out_dir=None
     lower, upper = fpga_bounds(registry, ds.part, targets)
     level = float(ds.interval.level)
     X_all = fpga_features(rows)
+    # per model, the features it is built for (``model_features`` in conf/dataset/wa_hls4ml.yaml; default fpga)
+    feature_sets = {"fpga": X_all, "hls4ml": hls4ml_features(rows)}
+    model_features = dict(ds.get("model_features") or {})
+    unknown = sorted({v for v in model_features.values()} - set(feature_sets))
+    if unknown:
+        raise ValueError(f"model_features: unknown feature set(s) {', '.join(unknown)} (known: fpga, hls4ml)")
     ok_mask = (rows["status"] == "ok").to_numpy()
     groups = layer_shape_groups(rows)
     print(f"wa_hls4ml: {len(rows)} rows, {ok_mask.sum()} synthesised; one multi-target model for {targets} "
@@ -265,15 +272,20 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, out_dir=None
                 print("roofline: not applicable to FPGA resources (no analytical model): skipped")
                 continue
             t0 = time.perf_counter()
+            X = feature_sets[model_features.get(name, "fpga")]
             model = make(targets=targets, transform=transforms, lower=lower, upper=upper)
-            cal = fit_calibrated(model, X_all.iloc[tr_ok], Y[tr_ok], groups[tr_ok], float(ds.interval.calibration_size),
+            cal = fit_calibrated(model, X.iloc[tr_ok], Y[tr_ok], groups[tr_ok], float(ds.interval.calibration_size),
                                  level, seed)
-            P, lo, hi = cal.predict_interval(X_all.iloc[te_ok])
-            cover = cal.coverage(X_all.iloc[te_ok], Y[te_ok])
+            P, lo, hi = cal.predict_interval(X.iloc[te_ok])
+            cover = cal.coverage(X.iloc[te_ok], Y[te_ok])
             per_target, frames = {}, []
             for j, t in enumerate(targets):
-                per_target[t] = resource_metrics(Y[te_ok, j], P[:, j]) | {"coverage90": float(cover[j]),
-                                                                          "halfwidth": float(cal.q[j])}
+                y, nz = Y[te_ok, j], Y[te_ok, j] > 0
+                per_target[t] = resource_metrics(y, P[:, j]) | {"coverage90": float(cover[j]),
+                                                                "halfwidth": float(cal.q[j])}
+                if t in ("dsp", "bram_18k"):  # zero-heavy: SMAPE without the zero-truth rows, zero / non-zero accuracy
+                    per_target[t] |= {"smape_nonzero": smape(y[nz], P[nz, j]) if nz.any() else None,
+                                      "zero_accuracy": float(np.mean(nz == (P[:, j] > 0.5)))}
                 frames.append(pd.DataFrame({"target": t, "y": Y[te_ok, j], "pred": P[:, j], "lo": lo[:, j], "hi": hi[:, j]}))
             frame = pd.concat(frames, ignore_index=True)
             metrics = {"all": {"n": float(len(te_ok)), "n_calibration": float(cal.n_calibration),

@@ -360,8 +360,9 @@ def kernel_tuner_run(cache: str | Path, strategy: str, budget: int, seed: int = 
 def tune_on_rows(rows: pd.DataFrame, hardware: str, registry: HardwareRegistry, budget: float,
                  batch_size: int | None = None, strategy: str = "thompson", seed: int = 0, op: str | None = None,
                  transfer: bool = True, rounds: int = 15) -> TuneResult:
-    """A whole simulated tuning run on ``hardware``'s recorded configurations in one call (what a ``costmodel
-    tune`` subcommand would run): :meth:`CacheSpace.from_rows` (the other GPUs in ``rows`` are the transfer data
+    """A whole simulated tuning run on ``hardware``'s recorded configurations in one call, with the kernel-structure
+    and spec-relative features (``costmodel tune --cache``, ``pipelines.tune``, uses the tunables alone):
+    :meth:`CacheSpace.from_rows` (the other GPUs in ``rows`` are the transfer data
     if ``transfer``), then :func:`tune`. ``budget`` < 1 is a fraction of the space, else a count; the batch is
     budget / ``rounds`` unless given. ``extra`` of the result holds the space size, the budget and the best
     recorded runtime."""

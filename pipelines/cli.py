@@ -6,6 +6,7 @@
     costmodel predict --model models:/costmodel-runtime@champion --torch pkg.module:factory \
         --example-input 1x3x224x224 [--example-input int64:1x128 ...] [--dtype float16] --hardware <id>
     costmodel models [--name costmodel-runtime]
+    costmodel tune --space space.yaml --measure "python bench.py" [--budget 50] [--batch 5] | --cache kt.json.gz
 
 Input: CSV, JSON lines or a JSON array of records, one workload per row (``op``, ``hardware``,
 ``dtype``, shape columns). Output: the input columns plus, per predicted target, the prediction and its
@@ -310,6 +311,16 @@ def models(args) -> int:
     return 0
 
 
+def tune(args) -> int:
+    """``costmodel tune``: model-guided auto-tuning (pipelines/tune.py)."""
+    from pipelines.tune import cli
+
+    try:
+        return cli(args)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
 TRACKING_HELP = "MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db if present)"
 
 
@@ -339,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.set_defaults(func=models)
     _add_featurize(sub)
+    p = sub.add_parser("tune", help="auto-tune a kernel: --space + --measure command, or replay a --cache")
+    from pipelines.tune import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=tune)
     return parser
 
 

@@ -35,6 +35,11 @@ def test_hls4ml_features_by_hand():
     assert lat["fully_parallel"] == 1 and lat["bram18_if_stored"] == 0 and lat["mults_per_cycle"] == 1024
     assert lat["dsp_per_mult"] == 2 and lat["bram18_base"] == 1  # 20-bit products: two DSP48E2 (27 x 18)
     assert wrap["reuse_case"] == 2 and wrap["outputs_per_lane"] == 3 and wrap["gcd_reuse_d_in"] == 1
+    # what LUT / FF scale with: weights, outputs per lane (log2, power of two), DSP sharing of the latency strategy
+    assert r["weights"] == 256 * 128 and r["log2_outputs_per_lane"] == 1 and r["outputs_per_lane_pow2"] == 1
+    assert wrap["log2_outputs_per_lane"] == np.log2(3) and wrap["outputs_per_lane_pow2"] == 0
+    assert lat["log2_outputs_per_lane"] == 0 and lat["shared_dsp"] == 0 and r["shared_dsp"] == 0
+    assert hls4ml_features(dense(32, 32, 8, 4, "latency"))["shared_dsp"].iloc[0] == 1
     assert list(fpga_features(dense(32, 32, 8, 4)).columns) == list(f.columns[: len(fpga_features(dense(1, 1, 1, 1))
                                                                                    .columns)])
     assert public_eval.fpga_features is fpga_features  # moved, still importable from the old place

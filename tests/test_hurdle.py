@@ -89,3 +89,39 @@ def test_hurdle_on_withheld_layer_shapes(wa, registry):
     cal = fit_calibrated(hurdle, X.iloc[tr], Y[tr], layer_shape_groups(ok.iloc[tr]), 0.2, 0.9, 0)
     pred, lo, hi = cal.predict_interval(X.iloc[te])
     assert np.all(lo <= pred + 1e-9) and np.all(pred <= hi + 1e-9) and cal.coverage(X.iloc[te], Y[te]).min() > 0.5
+
+
+def two_regimes(n: int = 600, seed: int = 0):
+    """regime 0: y = 30 x d_in + d_out x g(lanes); regime 1: y = weights x h(bits): a different law per regime."""
+    rng = np.random.default_rng(seed)
+    d_in, d_out = rng.choice([32, 64, 128, 256], n).astype(float), rng.choice([16, 32, 64, 128], n).astype(float)
+    lanes, bits = rng.choice([1, 2, 4, 8], n).astype(float), rng.integers(2, 15, n).astype(float)
+    regime = rng.integers(0, 2, n).astype(float)
+    y = np.where(regime == 0, 30 * d_in + d_out * (40 + 25 * np.log2(lanes)), d_in * d_out * (1 + 0.4 * bits))
+    X = pd.DataFrame({"parallel": regime, "d_in": d_in, "d_out": d_out, "weights": d_in * d_out,
+                      "log2_d_out": np.log2(d_out), "lanes": lanes, "bits": bits})
+    return X, np.column_stack([y * np.exp(rng.normal(0, 0.01, n)), np.where(bits > 6, d_out, 0.0)])
+
+
+def test_regime_models_per_law_and_offset(tmp_path):
+    X, Y = two_regimes()
+    # withhold the largest layers: only the per-output / per-weight factor and the offset carry the size; rows
+    # of equal lanes and d_out differ only in d_in, which identifies the slope of the offset
+    big = ((X["d_in"] == 256) & (X["d_out"] == 128)).to_numpy()
+    regimes = {"size": {"features": {"0": ["lanes", "log2_d_out"], "1": ["bits"]},
+                        "base_columns": {"0": "d_out", "1": "weights"}, "offset_columns": {"0": "d_in"}}}
+    kw = {"transform": ["log", "log1p"], "hurdle_targets": ("count",), "n_estimators": 200, "classifier_estimators": 30}
+    model = HurdleModel(["size", "count"], regime_column="parallel", regime_models=regimes, **kw)
+    P = model.fit(X[~big], Y[~big]).predict(X[big])
+    assert model.parts_["size"]["amount"].parts_["0"]["alpha"] == pytest.approx(30, rel=0.05)
+    plain = HurdleModel(["size", "count"], **kw).fit(X[~big], Y[~big]).predict(X[big])
+    assert smape(Y[big, 0], P[:, 0]) < 3 < smape(Y[big, 0], plain[:, 0])
+    loaded = load_model(model.save(tmp_path / "regime"))
+    assert np.allclose(loaded.predict(X[big]), P)
+    with pytest.raises(ValueError, match="never seen in training"):
+        model.predict(X.assign(parallel=2.0))
+    with pytest.raises(ValueError, match="regime target"):
+        HurdleModel(["size", "count"], regime_column="parallel", regime_models=regimes,
+                    **{**kw, "transform": ["log1p", "log1p"]}).fit(X, Y)
+    with pytest.raises(ValueError, match="need regime_column"):
+        HurdleModel(["size", "count"], regime_models=regimes, **kw).fit(X, Y)

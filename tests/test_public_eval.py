@@ -209,3 +209,29 @@ def test_entry_point_tiny_all_datasets(tmp_path):
         for t in ("lut", "ff", "dsp", "bram_18k", "latency_cycles"):  # one multi-target model, an interval per target
             assert 0 <= metric(row, f"all/{t}.coverage90") <= 1
     assert "roofline: not applicable" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_fpga_entry_point_tiny_hurdle_regime_beside_xgb(tmp_path):
+    """``python -m pipelines.evaluate dataset=wa_hls4ml model=[xgb,hurdle_regime]``: the hurdle model on the hls4ml
+    features beside the current XGBoost, SMAPE with and without zero-truth rows and DSP / BRAM zero accuracy logged
+    under the one metric-key scheme."""
+    proc = run_entry("pipelines.evaluate", "dataset=wa_hls4ml", "tiny=true", "model=[xgb,hurdle_regime]",
+                     f"data_root={SHARED}", out=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    try:
+        runs = mlflow.search_runs(experiment_names=["costmodel-public-eval"])
+    finally:
+        mlflow.set_tracking_uri(None)
+    hurdle = runs[runs["tags.model"] == "hurdle_regime"]
+    assert set(hurdle["tags.split"]) == {"held_out_layer_shapes", "held_out_precision"}
+    assert set(runs.loc[runs["tags.model"] == "xgb", "tags.split"]) == set(hurdle["tags.split"])
+    for _, row in hurdle.iterrows():
+        split = row["tags.split"]
+        for t in ("lut", "ff", "dsp", "bram_18k", "latency_cycles"):
+            assert np.isfinite(row[f"metrics.{split}/all/{t}.r2"]) and row[f"metrics.{split}/all/{t}.smape"] >= 0
+        for t in ("dsp", "bram_18k"):
+            assert 0 <= row[f"metrics.{split}/all/{t}.zero_accuracy"] <= 1
+            assert row[f"metrics.{split}/all/{t}.smape_nonzero"] >= 0
