@@ -2,15 +2,19 @@
 
     .venv/bin/python benchmarks/predict_throughput.py [--model models:/costmodel-runtime@champion]
         [--tracking-uri sqlite:///outputs/mlflow.db] [--repeats 5] [--batches 1 1000 100000] [--no-rest]
+        [--servers costmodel mlflow]
 
-Per batch size (workloads: a seeded mix of all ops over several GPUs and dtypes), four figures:
+Per batch size (workloads: a seeded mix of all ops over several GPUs and dtypes), these figures:
 
-* ``model only``: the fitted model's ``predict`` on a feature frame built beforehand (for xgb: the booster);
+* ``model only``: the fitted model's ``predict`` on a feature frame built beforehand (for xgb: the booster,
+  in its own thread setting);
 * ``featurize``: the served model's featurizer, workload frame -> feature frame (``TabularFeaturizer.transform``);
 * ``python api``: ``models.api.load_cost_model(uri).predict(frame)`` in this process, end to end (same numbers as
   ``mlflow.pyfunc.load_model``): featurize + predict + intervals;
-* ``rest``: ``mlflow models serve -m <uri> --env-manager local -w 1`` on 127.0.0.1, one client, one persistent
-  HTTP connection, JSON body ``{"dataframe_split": ...}`` -> ``/invocations`` (skipped with ``--no-rest``).
+* ``rest costmodel``: ``costmodel serve --model <uri>`` (``pipelines/serve.py``: MLflow's scoring app, one-line
+  error bodies, pandas' JSON writer) and ``rest mlflow``: ``mlflow models serve -m <uri> --env-manager local -w 1``;
+  each on 127.0.0.1, one client, one persistent HTTP connection, JSON body ``{"dataframe_split": ...}`` ->
+  ``/invocations``, the answer read whole (``--servers`` picks them; ``--no-rest`` skips both).
 
 The logged model carries its own copy of the project code: the python-api and rest figures use the featurizer of
 the commit the model was registered from (the in-process figures use the bundled copy when this script imported no
@@ -76,6 +80,26 @@ def machine() -> str:
     return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, load average {load}; Python {platform.python_version()}"
 
 
+def rest_figures(base: str, frames: dict, path: str, args) -> list:
+    """Per batch: time per ``POST /invocations`` (JSON ``dataframe_split``) over one persistent connection."""
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=300)
+    results = []
+    for b, frame in frames.items():
+        body = json.dumps({"dataframe_split": json.loads(frame.to_json(orient="split", index=False))})
+
+        def call():
+            conn.request("POST", "/invocations", body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            payload = r.read()
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}: {payload[:300]!r}")
+
+        results.append((path, b, timed(call, args.min_time, args.repeats)))
+    conn.close()
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models:/costmodel-runtime@champion")
@@ -85,6 +109,8 @@ def main() -> None:
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 1000, 100000])
     ap.add_argument("--no-rest", action="store_true", help="skip the REST figures (no server started)")
+    ap.add_argument("--servers", nargs="+", choices=["costmodel", "mlflow"], default=["costmodel", "mlflow"],
+                    help="REST servers to measure (default: both)")
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))
@@ -95,37 +121,26 @@ def main() -> None:
     frames = {b: workloads(b) for b in args.batches}
     results = []
     for b, frame in frames.items():
-        X = inner.featurizer.transform(frame)
+        X = inner.encoder.transform(frame)
         results.append(("model only", b, timed(lambda: inner.model.predict(X), args.min_time, args.repeats)))
-        results.append(("featurize", b, timed(lambda: inner.featurizer.transform(frame), args.min_time, args.repeats)))
+        results.append(("featurize", b, timed(lambda: inner.encoder.transform(frame), args.min_time, args.repeats)))
         results.append(("python api", b, timed(lambda: client.predict(frame), args.min_time, args.repeats)))
 
     if not args.no_rest:
-        from tests.servers import serve_model
+        from tests.servers import serve_costmodel, serve_model
 
-        log = Path(os.environ.get("TMPDIR", "/tmp")) / "predict_throughput_serve.log"
-        with serve_model(args.model, args.tracking_uri, log) as base:
-            host, port = base.removeprefix("http://").split(":")
-            conn = http.client.HTTPConnection(host, int(port), timeout=300)
-            for b, frame in frames.items():
-                body = json.dumps({"dataframe_split": json.loads(frame.to_json(orient="split", index=False))})
-
-                def call():
-                    conn.request("POST", "/invocations", body=body, headers={"Content-Type": "application/json"})
-                    r = conn.getresponse()
-                    payload = r.read()
-                    if r.status != 200:
-                        raise RuntimeError(f"HTTP {r.status}: {payload[:300]!r}")
-
-                results.append(("rest", b, timed(call, args.min_time, args.repeats)))
-            conn.close()
+        for server in args.servers:
+            serve = serve_costmodel if server == "costmodel" else serve_model
+            log = Path(os.environ.get("TMPDIR", "/tmp")) / f"predict_throughput_{server}.log"
+            with serve(args.model, args.tracking_uri, log) as base:
+                results += rest_figures(base, frames, f"rest {server}", args)
 
     print(f"model {args.model} @ {args.tracking_uri}; median of {args.repeats} repeats (>= {args.min_time} s each)")
     print(f"machine {machine()}")
-    print(f"{'path':<12}{'batch':>8}{'ms/call':>12}{'predictions/s':>16}")
-    order = ["model only", "featurize", "python api", "rest"]
+    print(f"{'path':<16}{'batch':>8}{'ms/call':>12}{'predictions/s':>16}")
+    order = ["model only", "featurize", "python api", "rest costmodel", "rest mlflow"]
     for path, b, s in sorted(results, key=lambda r: (r[1], order.index(r[0]))):
-        print(f"{path:<12}{b:>8}{s * 1e3:>12.3f}{b / s:>16.0f}")
+        print(f"{path:<16}{b:>8}{s * 1e3:>12.3f}{b / s:>16.0f}")
 
 
 if __name__ == "__main__":

@@ -54,31 +54,38 @@ def read_workloads(path) -> pd.DataFrame:
     path = Path(path)
     if path.suffix not in TABLE_SUFFIXES:
         raise FeatureError(f"unsupported input {echo(path.name, 80)}: use .csv, .jsonl or .json")
-    text = _decode(_read_bytes(path), path.name, "a UTF-8 table")
+    return parse_workloads(_read_bytes(path), path.suffix, path.name)
+
+
+def parse_workloads(data: bytes, suffix: str, name: str = "input") -> pd.DataFrame:
+    """:func:`read_workloads` of bytes already read (e.g. standard input), in the format of ``suffix``."""
+    if suffix not in TABLE_SUFFIXES:
+        raise FeatureError(f"unsupported format {echo(suffix, 20)}: use .csv, .jsonl or .json")
+    text = _decode(data, name, "a UTF-8 table")
     try:
-        if path.suffix == ".csv":
+        if suffix == ".csv":
             header = next(csv.reader(io.StringIO(text)), [])
-            _refuse_repeats(header, path.name, "header")
+            _refuse_repeats(header, name, "header")
             df = pd.read_csv(io.StringIO(text))
         else:
-            if path.suffix == ".json":
+            if suffix == ".json":
                 records = json.loads(text, object_pairs_hook=_unique_keys)
             else:
                 records = [json.loads(line, object_pairs_hook=_unique_keys)
                            for line in text.splitlines() if line.strip()]
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-                raise FeatureError(f"{path.name}: expected JSON records (objects, one per workload)")
+                raise FeatureError(f"{name}: expected JSON records (objects, one per workload)")
             df = pd.DataFrame(records)
     except _RepeatedKey as exc:
-        raise FeatureError(f"{path.name}: key {echo(exc.args[0], 40)} repeats in a record: give each column once") \
+        raise FeatureError(f"{name}: key {echo(exc.args[0], 40)} repeats in a record: give each column once") \
             from None
     except (ValueError, csv.Error, pd.errors.ParserError) as exc:  # json.JSONDecodeError is a ValueError
         if isinstance(exc, FeatureError):
             raise
         reason = " ".join(str(exc).split())
-        raise FeatureError(f"cannot parse {path.name}: {reason[:160]}") from None
+        raise FeatureError(f"cannot parse {name}: {reason[:160]}") from None
     if df.empty:
-        raise FeatureError(f"{path.name} holds no workloads")
+        raise FeatureError(f"{name} holds no workloads")
     return df
 
 

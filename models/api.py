@@ -12,14 +12,41 @@ Whole-network models load the same way; their rows are networks (``mlir`` module
 
 A thin layer over ``mlflow.pyfunc.load_model`` (which gives the same numbers): it accepts records as
 well as a DataFrame and exposes the interval level. Bad workloads raise ``ValueError`` with the
-model's one-line message.
+model's one-line message. Reading never creates a store: a ``tracking_uri`` naming a sqlite file that does not
+exist is a ``ValueError`` (:func:`existing_store`), where MLflow would create an empty database there.
 """
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Mapping
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///<path>`` URI (relative to the working folder with three slashes,
+    absolute with four), None for any other store (and for an in-memory ``sqlite://``)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path(path) if path else None
+
+
+def existing_store(uri: str) -> str:
+    """``uri`` if it names a store that exists; a sqlite file that does not exist (a mistyped path) is a
+    ``ValueError`` naming it, instead of MLflow creating an empty database and its folders. Servers and other
+    stores are not checked here (their errors come when they are read)."""
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        shown = str(path) if len(str(path)) <= 160 else str(path)[:160] + "..."
+        raise ValueError(f"no MLflow store at {shown} (sqlite file not found; a training run creates it)")
+    if uri.startswith("file:") or "://" not in uri and not uri.startswith("databricks"):
+        folder = Path(uri.removeprefix("file://") if uri.startswith("file://") else uri.removeprefix("file:"))
+        if not folder.is_dir():
+            raise ValueError(f"no MLflow store at {str(folder)[:160]} (folder not found)")
+    return uri
 
 
 class CostModelClient:
@@ -43,9 +70,11 @@ class CostModelClient:
     def interval_level(self) -> float | None:
         return self.meta.get("level")
 
-    def predict(self, workloads: pd.DataFrame | Iterable[Mapping] | Mapping) -> pd.DataFrame:
+    def predict(self, workloads: "pd.DataFrame | Iterable[Mapping] | Mapping") -> "pd.DataFrame":
         """Point prediction and interval per workload and column: ``<column>``, ``<column>_lo``, ``<column>_hi``."""
         from mlflow.exceptions import MlflowException
+
+        import pandas as pd
 
         from models.pyfunc import INPUT_ERROR_PREFIX
 
@@ -64,12 +93,14 @@ class CostModelClient:
 def load_cost_model(uri: str, tracking_uri: str | None = None) -> CostModelClient:
     """Load a logged or registered cost model (``models:/name@alias``, ``runs:/...``, a local path).
 
-    ``tracking_uri`` is set as MLflow's process-wide tracking and registry URI (as ``mlflow.set_tracking_uri``).
+    ``tracking_uri`` is set as MLflow's process-wide tracking and registry URI (as ``mlflow.set_tracking_uri``);
+    it must exist (:func:`existing_store`).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
 
     if tracking_uri:
+        existing_store(tracking_uri)
         mlflow.set_tracking_uri(tracking_uri)
         mlflow.set_registry_uri(tracking_uri)
     return CostModelClient(mlflow.pyfunc.load_model(uri), uri)

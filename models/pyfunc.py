@@ -29,9 +29,17 @@ packages, e.g. the CLI or the main job, the imported copies are used.)
 Output: per column the point prediction and its interval ``<column>_lo`` / ``<column>_hi`` (interval ends combine
 like the point: summed ends are conservative, they assume the kernels' errors move together).
 
-Bad input (unknown hardware, unknown op, a missing or invalid shape) raises an ``MlflowException`` with error code
-``INVALID_PARAMETER_VALUE`` whose message is the encoder's one line naming the row: MLflow's scoring server answers
-those with HTTP 400, and the CLI prints the message as is.
+Bad input (unknown hardware, unknown op, a missing or invalid shape, MLIR that is not text) raises an
+``MlflowException`` with error code ``INVALID_PARAMETER_VALUE`` whose message is the encoder's one line naming the
+row: a scoring server answers those with HTTP 400 (``costmodel serve`` with that line as the whole message), the CLI
+prints it, the Python API raises it as a ``ValueError``.
+
+A kernel model's signature declares the outputs only. The inputs are checked by the encoder, the one validation
+boundary of every entry (CLI, Python, REST, MLIR rows): MLflow's per-column input check would refuse an int64 shape column for a
+``double`` column (or a float64 one, NaN where an op lacks the parameter, for ``long``), check ``Any`` columns cell by
+cell (most of the time of a large batch), answer an empty hardware column with its own message ("Can not safely
+convert float64 to <U0") and drop undeclared columns silently. Which columns a row takes is the module docstring's
+and the logged input example's.
 """
 from __future__ import annotations
 
@@ -46,10 +54,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.types import ColSpec, Schema
-from mlflow.types.schema import AnyType
 
 from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS
+from features.inputs import mlir_text
 from features.tabular import FeatureError
 from models.base import CostModel, load_model
 from models.conformal import bounded_interval, halfwidths
@@ -57,6 +65,7 @@ from models.conformal import bounded_interval, halfwidths
 ROOT = Path(__file__).resolve().parent.parent
 CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundled with every logged model
 INPUT_ERROR_PREFIX = "invalid workload: "
+MESSAGE_CHARS = 600  # an error line's length limit (a message may list the known ops or hardware ids)
 COMBINE = ("sum", "max", "time_weighted")
 
 
@@ -67,20 +76,15 @@ def output_columns(target: dict) -> list[str]:
 
 
 def signature(meta: dict) -> ModelSignature:
-    """Inputs per the encoder's unit, outputs per the target (:func:`output_columns`).
-
-    Kernel rows: shape columns are typed Any (a single-op CSV gives int64, a mixed-op one float64 with NaN, and
-    MLflow will not cast int64 -> float64; the encoder validates them); a row gives ``op`` + shapes or ``mlir``."""
+    """Outputs per the target (:func:`output_columns`). Inputs: a whole-network model's three string columns (cheap
+    to check, and they tell a network model from a kernel one); a kernel model declares none (the encoder checks
+    them: see the module docstring)."""
+    inputs = None
     if meta["unit"] == "network":
-        inputs = [ColSpec("string", "mlir"), ColSpec("string", "hardware"), ColSpec("string", "dtype", required=False)]
-    else:
-        inputs = [ColSpec("string", "op", required=False), ColSpec("string", "hardware"),
-                  ColSpec("string", "dtype", required=False), ColSpec("string", "mlir", required=False),
-                  *[ColSpec(AnyType(), p, required=False) for p in SHAPE_PARAMS]]
-        if meta["target"].get("network_totals"):
-            inputs.append(ColSpec("string", "network", required=False))
+        inputs = Schema([ColSpec("string", "mlir"), ColSpec("string", "hardware"),
+                         ColSpec("string", "dtype", required=False)])
     outputs = Schema([ColSpec("double", c) for c in output_columns(meta["target"])])
-    return ModelSignature(inputs=Schema(inputs), outputs=outputs)
+    return ModelSignature(inputs=inputs, outputs=outputs)
 
 
 def to_workloads(model_input) -> tuple[pd.DataFrame, np.ndarray]:
@@ -100,8 +104,8 @@ def to_workloads(model_input) -> tuple[pd.DataFrame, np.ndarray]:
     frames = []
     for i, row in df.iterrows():
         text = row["mlir"]
-        if isinstance(text, str) and text.strip():
-            kernels = workloads_from_mlir(text, where=f"row {i}")
+        if isinstance(text, (bytes, bytearray)) or isinstance(text, str) and text.strip():
+            kernels = workloads_from_mlir(mlir_text(text, where=f"row {i}"), where=f"row {i}")
             if kernels.empty:
                 raise FeatureError(f"row {i}: no kernel recognised in the MLIR (matmul, batch_matmul, "
                                    "conv_2d_nchw_fchw, elementwise generic)")
@@ -116,8 +120,12 @@ def to_workloads(model_input) -> tuple[pd.DataFrame, np.ndarray]:
 
 
 def input_error(message: str) -> MlflowException:
-    """The exception bad input raises inside ``predict``: HTTP 400 in MLflow's scoring server."""
-    return MlflowException(INPUT_ERROR_PREFIX + message, error_code=INVALID_PARAMETER_VALUE)
+    """The exception bad input raises inside ``predict``: HTTP 400 in MLflow's scoring server. One line, at most
+    ``MESSAGE_CHARS`` characters (the encoder's messages already echo at most ~80 characters of a cell)."""
+    line = " ".join(str(message).split())
+    if len(line) > MESSAGE_CHARS:
+        line = line[:MESSAGE_CHARS] + "..."
+    return MlflowException(INPUT_ERROR_PREFIX + line, error_code=INVALID_PARAMETER_VALUE)
 
 
 def combine(out: pd.DataFrame, groups, rules: dict[str, str]) -> pd.DataFrame:
@@ -168,14 +176,15 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
             else:
                 workloads, rows = to_workloads(df)
                 X = self.encoder.transform(workloads)
-                hardware = [self.registry.resolve(h) for h in workloads["hardware"]]  # transform resolved each
+                hardware = self._hardware_ids(workloads["hardware"])  # transform resolved each already
         except FeatureError as exc:
             raise input_error(str(exc)) from None
         pred = np.asarray(self.model.predict(X), dtype=np.float64).reshape(len(rows), -1)  # the signature's double
         out = pd.DataFrame(index=range(len(rows)))
+        codes, ids = pd.factorize(np.asarray(hardware, dtype=object))
         for j, col in enumerate(target["columns"]):
             spec = meta["intervals"][col]
-            q = halfwidths(hardware, spec["log_halfwidth"], spec.get("by_hardware", {}))
+            q = halfwidths(ids, spec["log_halfwidth"], spec.get("by_hardware", {}))[codes]  # per distinct hardware
             lo, hi = bounded_interval(pred[:, j], q, spec.get("transform", "log"), spec.get("lower"), spec.get("upper"))
             out[col], out[f"{col}_lo"], out[f"{col}_hi"] = pred[:, j], lo, hi
         if len(set(rows)) < len(rows):  # MLIR rows: their kernels combine into one row each
@@ -193,6 +202,11 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
             for c, v in totals.items():
                 out[f"network_{c}"] = v
         return out[output_columns(target)]
+
+    def _hardware_ids(self, names: pd.Series) -> np.ndarray:
+        """The registry id of each row's hardware name, resolved once per distinct name."""
+        codes, uniques = pd.factorize(names.astype(str))
+        return np.array([self.registry.resolve(u) for u in uniques], dtype=object)[codes]
 
 
 NetworkPyfunc = PowerPyfunc = CostModelPyfunc  # the class names of models logged before the one serving class

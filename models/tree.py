@@ -24,6 +24,7 @@ Per target ``j`` (lists, one entry per target; a scalar applies to every target)
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +47,19 @@ def per_target(value, n: int, what: str) -> list:
             raise ValueError(f"{what} has {len(value)} entries for {n} targets")
         return list(value)
     return [value] * n
+
+
+ROWS_PER_PREDICT_THREAD = 50_000  # benchmarks/predict_throughput.py: fewer rows per thread lose to one thread
+
+
+def predict_threads(rows: int, n_jobs: int | None) -> int:
+    """Threads for predicting ``rows`` rows: one per ``ROWS_PER_PREDICT_THREAD`` rows, at most ``n_jobs`` (<= 0 or
+    None: the CPUs this process may use, capped by ``OMP_NUM_THREADS`` when set)."""
+    cap = n_jobs if n_jobs and n_jobs > 0 else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        cap = min(cap, int(os.environ["OMP_NUM_THREADS"]) or cap)
+    return max(1, min(cap, rows // ROWS_PER_PREDICT_THREAD))
 
 
 class _LogTargetModel(CostModel):
@@ -166,6 +180,9 @@ class XGBoostModel(_LogTargetModel):
         self.model_.fit(X, y)
 
     def _predict(self, X):
+        # predict threads are set per call, apart from fit's n_jobs: a small batch on one thread (waking OpenMP
+        # workers costs more than they save), a large one on more (predict_threads)
+        self.model_.get_booster().set_param({"nthread": predict_threads(len(X), self.n_jobs)})
         return self.model_.predict(X)
 
     def _save_payload(self, path: Path) -> None:

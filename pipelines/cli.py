@@ -1,18 +1,23 @@
 """``costmodel``: the command line other tools call.
 
     costmodel predict --model models:/costmodel-runtime@champion --input workloads.csv [--output preds.csv]
+    costmodel predict --model models:/costmodel-runtime@champion --input - --input-format jsonl < w.jsonl
     costmodel predict --model models:/costmodel-network-runtime@champion --input net.mlir --hardware <id>
     costmodel predict --model models:/costmodel-runtime@champion --input mlp.mlir --dim %arg0:0=1024 --hardware <id>
     costmodel predict --model models:/costmodel-runtime@champion --torch pkg.module:factory \
         --example-input 1x3x224x224 [--example-input int64:1x128 ...] [--dtype float16] --hardware <id>
     costmodel models [--name costmodel-runtime]
     costmodel tune --space space.yaml --measure "python bench.py" [--budget 50] [--batch 5] | --cache kt.json.gz
+    costmodel serve --model models:/costmodel-runtime@champion [--host 127.0.0.1] [--port 5000]
+    costmodel --version
 
 Input: CSV, JSON lines or a JSON array of records, one workload per row (``op``, ``hardware``,
-``dtype``, shape columns). Output: the input columns plus, per predicted target, the prediction and its
-interval (``runtime_ms``, ``runtime_ms_lo``, ``runtime_ms_hi``), as CSV, JSON lines or a JSON array
-(``--format``, or the suffix of ``--output``: ``.csv``, ``.jsonl``, ``.json``). Any bad input ends with
-one ``costmodel: error: ...`` line on stderr and exit status 2.
+``dtype``, shape columns), from a file or standard input (``--input -``; its format: ``--input-format``, default
+csv). Files are read by ``features.inputs`` (UTF-8, no repeated column). Output: the input columns plus, per
+predicted target, the prediction and its interval (``runtime_ms``, ``runtime_ms_lo``, ``runtime_ms_hi``), as CSV,
+JSON lines or a JSON array (``--format``, or the suffix of ``--output``: ``.csv``, ``.jsonl``, ``.json``), to
+standard output unless ``--output`` names a file. Any bad input ends with one ``costmodel: error: ...`` line on
+stderr and exit status 2.
 A ``.mlir`` input (with ``--hardware``) is one network for a whole-network model (``mlir`` in its signature,
 no ``op``: output ``input, hardware`` + the prediction), else the kernels recognised in it plus their total;
 ``--dim`` binds its dynamic dimensions (``%arg0:0=1024`` one dim, ``%arg0=1024x512`` a whole argument).
@@ -20,44 +25,53 @@ no ``op``: output ``input, hardware`` + the prediction), else the kernels recogn
 weights), captured on ``--example-input`` shapes (``features/torch_capture.py``), one row per kernel plus the
 total. Ops with no workload mapping are named on stderr in one ``costmodel: warning:`` line (``--strict``: an error).
 ``costmodel models`` prints registered names, versions, aliases and their held-out metrics.
+``costmodel serve`` answers MLflow's scoring protocol (``POST /invocations``) with one-line error bodies
+(``pipelines/serve.py``).
+
+The store: ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``./outputs/mlflow.db`` when it exists. Reading
+never creates a store: a sqlite file that does not exist is refused (one line naming it), and a ``models:/`` or
+``runs:/`` model with no store to read is an error rather than MLflow's default ``./mlflow.db``.
+Imports are lazy: ``--help`` and ``--version`` import no third-party package.
 """
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
-import warnings
 from pathlib import Path
 
 DEFAULT_STORE = Path("outputs") / "mlflow.db"
+FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
+INPUT_FORMATS = {**FORMATS, ".mlir": "mlir"}
+STDIO = "-"
 
 
 class CliError(Exception):
     pass
 
 
-def _read_table(path: Path):
-    import pandas as pd
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
 
-    if not path.exists():
-        raise CliError(f"input file not found: {path}")
     try:
-        if path.suffix in (".jsonl", ".ndjson"):
-            df = pd.read_json(path, lines=True, dtype=False)
-        elif path.suffix == ".json":
-            df = pd.read_json(path, orient="records", dtype=False)
-        elif path.suffix == ".csv":
-            df = pd.read_csv(path)
-        else:
-            raise CliError(f"unsupported input {path.name!r}: use .csv, .jsonl or .json")
-    except (ValueError, pd.errors.ParserError) as exc:
-        raise CliError(f"cannot parse {path}: {str(exc).splitlines()[0]}") from None
-    if df.empty:
-        raise CliError(f"{path} holds no workloads")
-    return df
+        return package_version("costmodel")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
+class _Version(argparse.Action):
+    """``--version``: looked up only when asked (the installed package's metadata)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"costmodel {version()}")
+        parser.exit()
+
+
+# --------------------------------------------------------------------------- the store
 def _tracking_uri(arg: str | None) -> str | None:
     if arg:
         return arg
@@ -68,13 +82,113 @@ def _tracking_uri(arg: str | None) -> str | None:
     return None
 
 
+def _needs_store(model: str | None) -> bool:
+    """A registered (``models:/``) or logged (``runs:/``) model is read through the store; a local folder is not."""
+    return model is None or model.split(":", 1)[0] in ("models", "runs")
+
+
+def _set_uri(arg: str | None, model: str | None = None) -> str | None:
+    """Point MLflow at the store a reading command reads (``--tracking-uri``, ``$MLFLOW_TRACKING_URI``, else
+    ``./outputs/mlflow.db`` when present). It must exist (``models.api.existing_store``): reading never creates a
+    store. With no store, only a model given as a local folder can be read (returns None, MLflow untouched)."""
+    uri = _tracking_uri(arg)
+    if uri is None:
+        if not _needs_store(model):
+            return None
+        raise CliError("no MLflow store to read: give --tracking-uri (e.g. sqlite:///outputs/mlflow.db) or set "
+                       "MLFLOW_TRACKING_URI (there is no ./outputs/mlflow.db here)")
+    from models.api import existing_store
+
+    try:
+        existing_store(uri)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return uri
+
+
+def _load_model(args):
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    _set_uri(args.tracking_uri, args.model)
+    try:
+        return mlflow.pyfunc.load_model(args.model)
+    except (MlflowException, OSError) as exc:
+        raise CliError(f"cannot load model {_echo(args.model)}: {_first_line(exc)}") from None
+
+
+def _echo(value: str, limit: int = 120) -> str:
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+
+
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    lines = str(exc).strip().splitlines()
+    line = " ".join(lines[0].split()) if lines else type(exc).__name__
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
 def _schema_reason(message: str) -> str:
     """MLflow's schema errors quote the whole input frame first; keep the reason after ``Error:``."""
     reason = message.rsplit("Error: ", 1)[-1] if "Error: " in message else message
     return " ".join(reason.split())[:300]
 
 
-FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
+# --------------------------------------------------------------------------- input and output
+def _input_format(args) -> str:
+    if args.input_format:
+        return args.input_format
+    if args.input == STDIO:
+        return "csv"
+    fmt = INPUT_FORMATS.get(Path(args.input).suffix)
+    if fmt is None:
+        raise CliError(f"unsupported input {_echo(Path(args.input).name, 80)}: use .csv, .jsonl, .json or .mlir "
+                       "(or --input-format)")
+    return fmt
+
+
+def _read_input(args, fmt: str):
+    """The workload table, or the MLIR text, of ``--input`` (a file, or ``-``: standard input)."""
+    from features.inputs import mlir_text, parse_workloads, read_mlir, read_workloads
+    from features.tabular import FeatureError
+
+    suffix = {"csv": ".csv", "jsonl": ".jsonl", "json": ".json"}.get(fmt)
+    try:
+        if args.input == STDIO:
+            data = sys.stdin.buffer.read()
+            return mlir_text(data, "<stdin>") if fmt == "mlir" else parse_workloads(data, suffix, "<stdin>")
+        if fmt == "mlir":
+            return read_mlir(args.input)
+        if INPUT_FORMATS.get(Path(args.input).suffix) == fmt:
+            return read_workloads(args.input)
+        return parse_workloads(_read_file(args.input), suffix, Path(args.input).name)  # --input-format overrides
+    except FeatureError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise CliError(f"input file not found: {path}") from None
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+
+
+def _output_format(args) -> str:
+    if args.format:
+        return args.format
+    if not args.output or args.output == STDIO:
+        return "csv"
+    fmt = FORMATS.get(Path(args.output).suffix)
+    if fmt is None:
+        raise CliError(f"unsupported output {_echo(Path(args.output).name, 80)}: use .csv, .jsonl or .json "
+                       "(or --format)")
+    return fmt
 
 
 def _write_table(df, fmt: str, dest) -> None:
@@ -87,49 +201,48 @@ def _write_table(df, fmt: str, dest) -> None:
         df.to_csv(dest, index=False)
 
 
-def _set_uri(arg: str | None) -> None:
-    import mlflow
+def _write(out, output: str | None, fmt: str) -> int:
+    if output and output != STDIO:
+        path = Path(output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w") as f:  # complete or absent: never a half-written file
+            _write_table(out, fmt, f)
+        os.replace(tmp, path)
+        print(f"wrote {len(out)} predictions to {path}", file=sys.stderr)
+    else:
+        _write_table(out, fmt, sys.stdout)
+    return 0
 
-    uri = _tracking_uri(arg)
-    if uri:
-        mlflow.set_tracking_uri(uri)
-        mlflow.set_registry_uri(uri)
 
-
+# --------------------------------------------------------------------------- predict
 def predict(args) -> int:
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    import mlflow
+    fmt = _output_format(args)
+    _check_sources(args)
+    if args.torch:
+        return _write(_predict_torch(args), args.output, fmt)
+    in_fmt = _input_format(args)
+    if in_fmt == "mlir" and not args.hardware:
+        raise CliError(f"{_input_name(args)}: a .mlir input needs --hardware")
+    if args.dim and in_fmt != "mlir":
+        raise CliError("--dim binds dynamic sizes of an .mlir input")
+    source = _read_input(args, in_fmt)
+    model = _load_model(args)
+
     import pandas as pd
     from mlflow.exceptions import MlflowException
 
     from features.tabular import FeatureError
     from models.pyfunc import INPUT_ERROR_PREFIX
 
-    out_path = Path(args.output) if args.output else None
-    fmt = args.format or (FORMATS.get(out_path.suffix) if out_path else "csv")
-    if fmt is None:
-        raise CliError(f"unsupported output {out_path.name!r}: use .csv, .jsonl or .json (or --format)")
-    _check_sources(args)
-    if args.torch:
-        return _write(_predict_torch(args), out_path, fmt)
-    mlir_input = Path(args.input).suffix == ".mlir"
-    if mlir_input:
-        text = _mlir_text(Path(args.input))
-        if not args.hardware:
-            raise CliError(f"{Path(args.input).name}: a .mlir input needs --hardware")
-    else:
-        workloads = _read_table(Path(args.input))
-    _set_uri(args.tracking_uri)
-    try:
-        model = mlflow.pyfunc.load_model(args.model)
-    except (MlflowException, OSError) as exc:
-        raise CliError(f"cannot load model {args.model!r}: {str(exc).strip().splitlines()[0]}") from None
     network = _takes_networks(model)
-    if mlir_input and network:  # a whole-network model: the module is one row
-        workloads = pd.DataFrame([{"input": args.input, "mlir": text, "hardware": args.hardware}])
-    elif mlir_input:  # a kernel model: the kernels recognised in the module, and their total
-        workloads = _mlir_workloads(text, str(args.input), args.hardware, args.dim, args.strict)
+    if in_fmt == "mlir" and network:  # a whole-network model: the module is one row
+        workloads = pd.DataFrame([{"input": _input_name(args), "mlir": source, "hardware": args.hardware}])
+    elif in_fmt == "mlir":  # a kernel model: the kernels recognised in the module, and their total
+        workloads = _mlir_workloads(source, _input_name(args), args.hardware, args.dim, args.strict)
         _check_model(workloads, model, args.model)
+    else:
+        workloads = source
     try:
         preds = model.predict(workloads.drop(columns=["mlir_op", "node", "input"], errors="ignore"))
     except FeatureError as exc:
@@ -138,29 +251,23 @@ def predict(args) -> int:
         if exc.message.startswith(INPUT_ERROR_PREFIX):  # the featurizer's one line, raised inside the pyfunc
             raise CliError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
         raise CliError(f"bad input: {_schema_reason(str(exc))}") from None
-    out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True))
+    out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True), rsuffix="_predicted")
     if network:  # the module text is the input, not an output column
         out = out.drop(columns=["mlir"])
-    elif mlir_input:  # one row per recognised kernel plus their total
+    elif in_fmt == "mlir":  # one row per recognised kernel plus their total
         out = _with_total(out, list(preds.columns))
-    return _write(out, out_path, fmt)
+    return _write(out, args.output, fmt)
 
 
-def _write(out, out_path: Path | None, fmt: str) -> int:
-    if out_path:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(out_path, "w") as f:
-            _write_table(out, fmt, f)
-        print(f"wrote {len(out)} predictions to {out_path}", file=sys.stderr)
-    else:
-        _write_table(out, fmt, sys.stdout)
-    return 0
+def _input_name(args) -> str:
+    return "<stdin>" if args.input == STDIO else str(args.input)
 
 
 def _check_sources(args) -> None:
     """Exactly one of --input / --torch, and the options that go with each."""
     if bool(args.input) == bool(args.torch):
-        raise CliError("give exactly one of --input (workloads or .mlir) and --torch pkg.module:factory")
+        raise CliError("give exactly one of --input (workloads or .mlir; - reads standard input) and "
+                       "--torch pkg.module:factory")
     if args.torch:
         if not args.example_input:
             raise CliError("--torch needs --example-input (a shape like 1x3x224x224, or int64:1x128 for token ids)")
@@ -168,11 +275,10 @@ def _check_sources(args) -> None:
             raise CliError("--torch needs --hardware (the kernels are predicted on it)")
         if args.dim:
             raise CliError("--dim binds sizes of an .mlir input; with --torch, --example-input gives the shapes")
-    else:
-        if args.example_input or args.dtype:
-            raise CliError("--example-input and --dtype go with --torch")
-        if args.dim and Path(args.input).suffix != ".mlir":
-            raise CliError("--dim binds dynamic sizes of an .mlir input")
+        if args.input_format:
+            raise CliError("--input-format goes with --input")
+    elif args.example_input or args.dtype:
+        raise CliError("--example-input and --dtype go with --torch")
 
 
 def _check_model(workloads, model, uri: str) -> None:
@@ -193,6 +299,8 @@ def _warn_unmapped(line: str) -> None:
 # --------------------------------------------------------------------------- PyTorch models (features/torch_capture)
 def _predict_torch(args):
     """``--torch pkg.module:factory``: the module's kernels on ``--example-input``, predicted, plus the total."""
+    import warnings
+
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import pandas as pd
 
@@ -211,7 +319,7 @@ def _predict_torch(args):
     _warn_unmapped(unmapped_line(unmapped))
     if kernels.attrs.get("capture_note"):
         print(f"costmodel: note: {kernels.attrs['capture_note']}", file=sys.stderr)
-    _set_uri(args.tracking_uri)
+    _set_uri(args.tracking_uri, args.model)
     try:
         per_kernel, total = predict_kernels(kernels, args.model, args.hardware)
     except FeatureError as exc:
@@ -221,20 +329,11 @@ def _predict_torch(args):
 
 
 # --------------------------------------------------------------------------- MLIR (features/mlir)
-def _mlir_text(path: Path) -> str:
-    from features.mlir.graph import decode_mlir
-    from features.tabular import FeatureError
-
-    if not path.exists():
-        raise CliError(f"input file not found: {path}")
-    try:
-        return decode_mlir(path.read_bytes(), str(path))
-    except FeatureError as exc:
-        raise CliError(str(exc)) from None
-
-
 def _takes_networks(model) -> bool:
-    """A whole-network model (``models.pyfunc.NetworkPyfunc``): its signature takes ``mlir`` and no ``op``."""
+    """A whole-network model: its meta's unit is ``network`` (older models: a signature with ``mlir``, no ``op``)."""
+    meta = getattr(model.unwrap_python_model(), "meta", None) or {}
+    if "unit" in meta:
+        return meta["unit"] == "network"
     schema = model.metadata.get_input_schema()
     names = schema.input_names() if schema is not None else []
     return "mlir" in names and "op" not in names
@@ -242,6 +341,8 @@ def _takes_networks(model) -> bool:
 
 def _mlir_workloads(text: str, where: str, hardware: str, dim_specs: list[str] | None = None, strict: bool = False):
     """``predict`` with a kernel model on a .mlir file: the kernels recognised in it, on ``--hardware``."""
+    import warnings
+
     from features.mlir import workloads_from_mlir
     from features.mlir.dynamic import parse_dim_specs
     from features.mlir.workloads import unmapped_line
@@ -276,11 +377,13 @@ def featurize(args) -> int:
 
     from data.hardware import CONF_DIR, HardwareRegistry
     from features.describe import describe
+    from features.inputs import mlir_text, read_mlir
     from features.tabular import FeatureError
 
-    path = Path(args.input)
+    where = "<stdin>" if args.input == STDIO else str(args.input)
     try:
-        info = describe(_mlir_text(path), args.hardware, HardwareRegistry.from_dir(CONF_DIR), where=str(path))
+        text = mlir_text(sys.stdin.buffer.read(), where) if args.input == STDIO else read_mlir(args.input)
+        info = describe(text, args.hardware, HardwareRegistry.from_dir(CONF_DIR), where=where)
     except FeatureError as exc:
         raise CliError(str(exc)) from None
     print(json.dumps(info, indent=1))
@@ -289,24 +392,25 @@ def featurize(args) -> int:
 
 def _add_featurize(sub) -> None:
     p = sub.add_parser("featurize", help="print the features (tabular, graph, tokens) of an MLIR module")
-    p.add_argument("input", help="MLIR file (pretty or generic op form)")
+    p.add_argument("input", help="MLIR file (pretty or generic op form); - reads standard input")
     p.add_argument("--hardware", required=True, help="hardware id or alias from conf/hardware, e.g. H100-SXM")
     p.set_defaults(func=featurize)
 
 
+# --------------------------------------------------------------------------- models, serve
 def models(args) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    _set_uri(args.tracking_uri)
     from mlflow.exceptions import MlflowException
 
     from pipelines.tracking import list_versions
 
-    _set_uri(args.tracking_uri)
     try:
         table = list_versions(args.name)
     except MlflowException as exc:
-        raise CliError(f"cannot read the model registry: {str(exc).strip().splitlines()[0]}") from None
+        raise CliError(f"cannot read the model registry: {_first_line(exc)}") from None
     if table.empty:
-        raise CliError("no registered models" + (f" named {args.name!r}" if args.name else ""))
+        raise CliError("no registered models" + (f" named {_echo(args.name)}" if args.name else ""))
     print(table.to_string(index=False))
     return 0
 
@@ -321,15 +425,26 @@ def tune(args) -> int:
         raise CliError(str(exc)) from None
 
 
+def serve(args) -> int:
+    model = _load_model(args)
+    from pipelines.serve import run
+
+    run(model, host=args.host, port=args.port)
+    return 0
+
+
 TRACKING_HELP = "MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db if present)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="costmodel", description="Surrogate cost models for ML kernels.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict costs for workloads with a registered or logged model")
     p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")
-    p.add_argument("--input", help="workloads as .csv, .jsonl, .json (array of records) or .mlir")
+    p.add_argument("--input", help="workloads as .csv, .jsonl, .json (array of records) or .mlir; - reads stdin")
+    p.add_argument("--input-format", choices=["csv", "jsonl", "json", "mlir"],
+                   help="format of --input (default: its suffix; csv for standard input)")
     p.add_argument("--torch", metavar="PKG.MODULE:FACTORY",
                    help="a PyTorch model: factory() (no arguments) returns the nn.Module; built on the meta device")
     p.add_argument("--example-input", action="append", metavar="[DTYPE:]SHAPE",
@@ -339,8 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=".mlir input: bind a dynamic dimension, %%arg0:0=1024, or a whole argument, %%arg0=1024x512 "
                         "(repeatable)")
     p.add_argument("--strict", action="store_true", help="an op with no workload mapping is an error, not a warning")
-    p.add_argument("--output", help="write predictions here (.csv, .jsonl or .json) instead of stdout")
-    p.add_argument("--format", choices=["csv", "jsonl", "json"], help="output format (default: from --output, else csv)")
+    p.add_argument("--output", help="write predictions here (.csv, .jsonl or .json; - is stdout, the default)")
+    p.add_argument("--format", choices=["csv", "jsonl", "json"],
+                   help="output format (default: from --output, else csv)")
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--hardware", help="hardware id for .mlir / --torch input (its kernels are predicted on it)")
     p.set_defaults(func=predict)
@@ -355,11 +471,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(p)
     p.set_defaults(func=tune)
+
+    p = sub.add_parser("serve", help="serve a model over REST (MLflow's scoring protocol, one-line error bodies)")
+    p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
+    p.set_defaults(func=serve)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import logging
+    import warnings
+
     warnings.filterwarnings("ignore")
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     try:
@@ -367,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(f"costmodel: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of stdout went away (e.g. `| head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

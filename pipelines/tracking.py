@@ -15,13 +15,27 @@ champion *on the same held-out rows*:
 
 The decision and the numbers it used are stored as tags on the new version (``champion_decision``,
 ``champion_compared_on``, ``champion_<metric>``) and :func:`list_versions` shows them.
+
+Concurrency: several jobs may share one store. Creating a store (its tables, the experiment) and moving the alias
+are serialised by a lock (:func:`store_lock`: a file lock beside a sqlite file, released by the OS if its holder dies;
+:func:`registry_lock` on a tracking server: a lock entry in the registry itself, whose creation is atomic). Under the
+lock the promotion re-reads the champion, compares against *that* version and moves the alias: a compare-and-set, so
+no version takes the alias without having been compared with the one it replaces.
+
+Only a champion that cannot be loaded (its files or code are gone or broken) or cannot featurize any held-out row
+loses its alias without a comparison (:class:`ChampionUnusable`); any other error (a locked database, a timeout, a
+server error) fails the registration loudly and leaves the alias where it was.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
+import os
+import random
 import re
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -48,15 +62,118 @@ def tracking_uri(configured: str | None, output_dir: Path) -> str:
 
 
 def setup(cfg_mlflow: DictConfig, output_dir: Path) -> str:
+    """Point MLflow at the job's store and experiment; a new store (its tables) and the experiment are created under
+    :func:`store_lock`, so jobs starting together on a fresh store neither race the schema migration nor the
+    experiment's creation. Only training calls this: readers refuse a store that does not exist
+    (``models.api.existing_store``)."""
     uri = tracking_uri(cfg_mlflow.tracking_uri, output_dir)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    if mlflow.get_experiment_by_name(cfg_mlflow.experiment) is None:
-        # keep artifacts of the embedded store beside it; a server decides its own artifact root
-        location = (output_dir / "mlartifacts").resolve().as_uri() if uri.startswith("sqlite:") else None
-        mlflow.create_experiment(cfg_mlflow.experiment, artifact_location=location)
-    mlflow.set_experiment(cfg_mlflow.experiment)
+    # keep artifacts of the embedded store beside it; a server decides its own artifact root
+    location = (output_dir / "mlartifacts").resolve().as_uri() if uri.startswith("sqlite:") else None
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        experiment_id = _experiment(client, cfg_mlflow.experiment, location)
+        client.search_registered_models(max_results=1)  # the registry's tables too, while the lock is held
+    mlflow.set_experiment(experiment_id=experiment_id)
     return uri
+
+
+def _experiment(client: MlflowClient, name: str, location: str | None) -> str:
+    """The id of experiment ``name``, created if missing (on a server another job may create it first)."""
+    found = client.get_experiment_by_name(name)  # on a new sqlite file this creates the store's tables
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(name).experiment_id
+
+
+LOCK_TIMEOUT_S = 900.0  # how long a job waits for another job's registration (a re-score takes seconds)
+LOCK_STALE_S = 600.0    # a registry lock unchanged this long is a dead job's: broken
+
+
+class RegistryBusy(RuntimeError):
+    """The lock of a store or registered model stayed held past the timeout."""
+
+
+def store_lock(uri: str, timeout_s: float = LOCK_TIMEOUT_S):
+    """A file lock beside a sqlite store (``<file>.lock``; its parent folder is created): serialises the store's
+    creation and its alias moves across processes. Other stores: no lock here (:func:`registry_lock` guards
+    promotions; a server creates its own tables)."""
+    from filelock import FileLock, Timeout
+
+    from models.api import sqlite_path
+
+    path = sqlite_path(uri)
+    if path is None:
+        return contextlib.nullcontext()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(f"{path}.lock", timeout=timeout_s)
+
+    @contextlib.contextmanager
+    def held():
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RegistryBusy(f"{path}.lock held by another job for more than {timeout_s:.0f} s") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    return held()
+
+
+@contextlib.contextmanager
+def registry_lock(client: MlflowClient, name: str, timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
+                  poll_s: float = 0.2):
+    """A mutex held in the registry: the registered model ``<name>.lock`` (creating a name is atomic on every
+    backend; a second creation fails with RESOURCE_ALREADY_EXISTS). Its tags say who holds it. A lock that stays
+    the same entry for ``stale_s`` seconds of this job's waiting is a dead job's and is broken (timed on this
+    machine's clock, so server clock skew does not matter); after ``timeout_s`` seconds :class:`RegistryBusy`."""
+    lock = f"{name}.lock"
+    owner = f"{socket.gethostname()}:{os.getpid()}:{time.time():.6f}"
+    start, seen = time.monotonic(), {}
+    while True:
+        try:
+            client.create_registered_model(lock, tags={"owner": owner},
+                                           description=f"held while a job moves an alias of {name}; see tracking.py")
+            break
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        try:
+            held = client.get_registered_model(lock)
+        except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                continue  # released meanwhile
+            raise
+        since = seen.setdefault(held.creation_timestamp, time.monotonic())
+        if time.monotonic() - since > stale_s:
+            with contextlib.suppress(MlflowException):  # another waiter may break it first
+                client.delete_registered_model(lock)
+            continue
+        if time.monotonic() - start > timeout_s:
+            raise RegistryBusy(f"registry lock {lock!r} held by {held.tags.get('owner', '?')} for more than "
+                               f"{timeout_s:.0f} s (delete that registered model if its job died)")
+        time.sleep(poll_s * (1 + random.random()))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(MlflowException):
+            if client.get_registered_model(lock).tags.get("owner") == owner:
+                client.delete_registered_model(lock)
+
+
+def champion_lock(client: MlflowClient, name: str, uri: str):
+    """What serialises the alias moves of ``name``: the store's file lock (sqlite) or the registry lock."""
+    from models.api import sqlite_path
+
+    return store_lock(uri) if sqlite_path(uri) is not None else registry_lock(client, name)
 
 
 def flat_params(cfg: DictConfig, keys: list[str]) -> dict[str, str]:
@@ -199,29 +316,83 @@ def _better(metric: str, new: float, old: float) -> bool:
     return new < old if LOWER_IS_BETTER.get(metric, True) else new > old
 
 
+class ChampionUnusable(Exception):
+    """The champion cannot be loaded (its files or code are gone or broken) or cannot featurize any held-out row:
+    it cannot defend its alias. The one error that promotes a challenger without a comparison."""
+
+
+def _gone(exc: BaseException) -> bool:
+    """A download error that says the files do not exist (not that the store could not be reached)."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    if isinstance(exc, MlflowException):
+        return exc.error_code == "RESOURCE_DOES_NOT_EXIST"
+    response = getattr(exc, "response", None)  # requests.HTTPError of an artifact server
+    return getattr(response, "status_code", None) == 404
+
+
+def _load_champion(uri: str):
+    """Download the champion (store / network I/O: errors other than "not found" propagate), then load it from the
+    local copy (no I/O left: any failure there is the model's own)."""
+    try:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=uri)
+    except Exception as exc:
+        if _gone(exc):
+            raise ChampionUnusable(f"cannot be loaded, its files are gone ({_line(exc)})") from exc
+        raise
+    try:
+        return mlflow.pyfunc.load_model(local)
+    except MemoryError:
+        raise
+    except Exception as exc:  # its code or format cannot be loaded by this version of the project
+        raise ChampionUnusable(f"cannot be loaded ({_line(exc)})") from exc
+
+
+def _line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}" + ("..." if len(text) > limit else "")
+
+
+def _refused(exc: BaseException) -> bool:
+    """The champion refused rows it cannot featurize (its one-line input error, MLflow's schema check, or an
+    older featurizer's ValueError), as opposed to a fault of the machinery."""
+    if isinstance(exc, MlflowException):
+        return exc.error_code in ("INVALID_PARAMETER_VALUE", "BAD_REQUEST")
+    return isinstance(exc, ValueError)
+
+
 def _rescore_champion(uri: str, heldout: pd.DataFrame, target: str, metric: str) -> tuple[float, float, int]:
     """Load the champion and score it and the challenger on the held-out rows it can featurize.
 
     ``heldout`` holds workload descriptions, the target and the challenger's ``pred_<target>``.
     Rows are tried per hardware id, so hardware the champion never knew is left out rather than
     failing the whole comparison. Returns (champion value, challenger value, rows compared).
+    :class:`ChampionUnusable` when it cannot be loaded or featurizes no row; any other error propagates.
     """
-    champion = mlflow.pyfunc.load_model(uri)
+    champion = _load_champion(uri)
     describe = [c for c in heldout.columns if c not in (target, f"pred_{target}")]
     kept, preds = [], []
     for _, group in heldout.groupby("hardware", sort=True):
         try:
             out = champion.predict(group[describe].reset_index(drop=True))
-        except MlflowException:
-            continue
+        except Exception as exc:
+            if _refused(exc):
+                continue
+            raise
         kept.append(group)
-        preds.append(out[target].to_numpy(float))
+        preds.append(np.asarray(out[target], dtype=float))
     if not kept:
-        raise ValueError("the champion cannot featurize any held-out row (no hardware in common)")
+        raise ChampionUnusable("cannot featurize any held-out row (no hardware in common)")
     rows = pd.concat(kept)
     champ = regression_metrics(rows[target], np.concatenate(preds))[metric]
     new = regression_metrics(rows[target], rows[f"pred_{target}"])[metric]
     return champ, new, len(rows)
+
+
+def _champion(client: MlflowClient, name: str, alias: str):
+    """The version holding ``alias`` now (None if no version does); a store error propagates."""
+    version = client.get_registered_model(name).aliases.get(alias)
+    return None if version is None else client.get_model_version(name, str(version))
 
 
 def register(model_uri: str, name: str, alias: str, metrics: dict[str, float], *, split: dict[str, str],
@@ -230,41 +401,49 @@ def register(model_uri: str, name: str, alias: str, metrics: dict[str, float], *
 
     ``metrics`` are the held-out metrics over all hardware, ``split`` the split identity
     (:func:`split_identity`), ``heldout`` this run's held-out rows with the challenger's predictions.
+    The comparison and the alias move happen under :func:`champion_lock`, against the champion of that moment.
     """
     client = MlflowClient()
-    try:
-        current = client.get_model_version_by_alias(name, alias)
-    except MlflowException:
-        current = None
     tags = {f"test_{k}": f"{v:.6g}" for k, v in metrics.items()} | split | {"select_metric": select_metric,
                                                                              "model": model_name}
     version = mlflow.register_model(model_uri, name, tags=tags).version
-    new_value = metrics[select_metric]
-    if current is None:
-        promoted, reason = True, f"first version with alias @{alias}"
-    else:
-        same = all(current.tags.get(k) == split[k] for k in SPLIT_TAGS) and f"test_{select_metric}" in current.tags
+    with champion_lock(client, name, mlflow.get_registry_uri()):
+        current = _champion(client, name, alias)
         try:
-            if same:
-                old_value, how = float(current.tags[f"test_{select_metric}"]), "stored tags, same held-out split"
-            else:
-                old_value, new_value, n = _rescore_champion(f"models:/{name}/{current.version}", heldout, target,
-                                                            select_metric)
-                how = f"champion re-evaluated on this run's held-out rows (n={n})"
-            client.set_model_version_tag(name, version, f"champion_{select_metric}", f"{old_value:.6g}")
-            client.set_model_version_tag(name, version, "champion_compared_on", how)
-            promoted = _better(select_metric, new_value, old_value)
-            reason = (f"{select_metric} {new_value:.4g} vs champion v{current.version} {old_value:.4g} ({how}): "
-                      + ("promoted" if promoted else "champion kept"))
-        except Exception as exc:  # an unloadable or incompatible champion cannot defend its alias
-            promoted = True
-            reason = f"champion v{current.version} could not be evaluated ({type(exc).__name__}: " \
-                     f"{str(exc).splitlines()[0][:200]}): promoted"
-    client.set_model_version_tag(name, version, "champion_decision", reason)
-    if promoted:
-        client.set_registered_model_alias(name, alias, version)
+            promoted, reason, compared = _decide(current, metrics[select_metric], name, alias, split, heldout,
+                                                 target, select_metric)
+        except Exception as exc:  # not decided: say so on the version (if the store answers), keep the alias
+            with contextlib.suppress(Exception):
+                client.set_model_version_tag(name, version, "champion_decision",
+                                             f"not decided, alias @{alias} kept ({_line(exc)})")
+            raise
+        for key, value in compared.items():
+            client.set_model_version_tag(name, version, key, value)
+        client.set_model_version_tag(name, version, "champion_decision", reason)
+        if promoted:
+            client.set_registered_model_alias(name, alias, version)
     return Decision(version=version, promoted=promoted, reason=reason,
                     previous=None if current is None else current.version)
+
+
+def _decide(current, new_value: float, name: str, alias: str, split: dict, heldout: pd.DataFrame, target: str,
+            metric: str) -> tuple[bool, str, dict[str, str]]:
+    """(promoted, reason, tags recording the comparison) of a challenger scoring ``new_value`` against ``current``."""
+    if current is None:
+        return True, f"first version with alias @{alias}", {}
+    same = all(current.tags.get(k) == split[k] for k in SPLIT_TAGS) and f"test_{metric}" in current.tags
+    if same:
+        old_value, how = float(current.tags[f"test_{metric}"]), "stored tags, same held-out split"
+    else:
+        try:
+            old_value, new_value, n = _rescore_champion(f"models:/{name}/{current.version}", heldout, target, metric)
+        except ChampionUnusable as exc:  # it cannot defend its alias
+            return True, f"champion v{current.version} {exc}: promoted", {}
+        how = f"champion re-evaluated on this run's held-out rows (n={n})"
+    promoted = _better(metric, new_value, old_value)
+    reason = (f"{metric} {new_value:.4g} vs champion v{current.version} {old_value:.4g} ({how}): "
+              + ("promoted" if promoted else "champion kept"))
+    return promoted, reason, {f"champion_{metric}": f"{old_value:.6g}", "champion_compared_on": how}
 
 
 def list_versions(name: str | None = None) -> pd.DataFrame:

@@ -68,6 +68,14 @@ def serve_model(model_uri: str, tracking_uri: str, log: Path):
                     "-p", str(port), "-w", "1"], "/ping", port, log, env={"MLFLOW_TRACKING_URI": tracking_uri})
 
 
+def serve_costmodel(model_uri: str, tracking_uri: str, log: Path):
+    """``costmodel serve`` (MLflow's scoring app with one-line error bodies, ``pipelines/serve.py``)."""
+    port = free_port()
+    root = Path(__file__).resolve().parent.parent
+    return running([sys.executable, "-m", "pipelines.cli", "serve", "--model", model_uri, "--tracking-uri",
+                    tracking_uri, "--port", str(port)], "/ping", port, log, cwd=root)
+
+
 def post_json(url: str, payload: bytes, content_type: str = "application/json") -> tuple[int, dict | str]:
 
     req = urllib.request.Request(url, data=payload, headers={"Content-Type": content_type}, method="POST")

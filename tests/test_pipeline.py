@@ -59,6 +59,29 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
         assert m["leave_one_hardware_out/all/folds"] == rows["hardware"].nunique() == 3
         assert m["held_out_family/all/folds"] == rows["family"].nunique() == 5
         assert m["leave_one_hardware_out/all/n"] == m["held_out_family/all/n"] == (rows["status"] == "ok").sum()
+    # the splits are disjoint: test + fit/calibration = every ok row, and no held-out shape has a row outside the
+    # test set (held_out_shapes holds a shape out on every hardware and dtype)
+    ok = rows[rows["status"] == "ok"]
+    for r in runs:
+        m = r.data.metrics
+        assert m["test/all/n"] + m["test/all/n_train"] == len(ok)
+        assert 0 < m["calibration/all/n"] < m["test/all/n_train"]
+    held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, tracking_uri=uri,
+                                                           artifact_path="eval/heldout_predictions.csv"))
+    shape_cols = ["op", *[c for c in held.columns if c in ok.columns and c not in ("op", "hardware", "dtype",
+                                                                                      "runtime_ms", "inputs")]]
+
+    def keys(frame):  # op + shape as one string per row (numbers as floats: the CSV reads ints with NaN as floats)
+        shapes = frame[shape_cols[1:]].apply(lambda c: pd.to_numeric(c, errors="coerce").astype(float)).fillna(-1)
+        return frame["op"].astype(str) + "|" + shapes.astype(str).agg("|".join, axis=1)
+
+    assert len(held) == m["test/all/n"] and keys(held).nunique() < len(held)  # shapes repeat over hardware
+    assert keys(ok).isin(set(keys(held))).sum() == len(held)
+    # the learned models beat the roofline by a wide margin on the held-out shapes
+    by_model = {r.data.tags["model"]: r.data.metrics for r in runs}
+    for name in ("rf", "xgb"):
+        assert by_model[name]["test/all/mape"] < 0.5 * by_model["roofline"]["test/all/mape"], name
+        assert by_model[name]["test/all/r2_log"] > by_model["roofline"]["test/all/r2_log"] + 0.5, name
     # the best run (lowest held-out MAPE) is the champion
     best = min(runs, key=lambda r: r.data.metrics["test/all/mape"])
     mv = client.get_model_version_by_alias("costmodel-runtime", "champion")

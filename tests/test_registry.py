@@ -1,5 +1,6 @@
 """Registry lifecycle: every run registers a version; @champion moves only if beaten on the same held-out rows.
 Also the tracking-server mode: a real ``mlflow server`` (sqlite database backend) used by the main job."""
+import re
 import shutil
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import mlflow
 import pandas as pd
 import pytest
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from data.schema import dataset_hash
@@ -122,3 +124,95 @@ def test_tracking_server_train_register_serve(tmp_path):
         plain = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion").predict(workloads)
         pd.testing.assert_frame_equal(api, plain)
         assert api.loc[0, "runtime_ms_lo"] < api.loc[0, "runtime_ms"] < api.loc[0, "runtime_ms_hi"]
+
+
+# --- the champion rule's errors: only an unusable champion loses without a comparison -------------------------------
+def _runs(client):
+    exp = client.get_experiment_by_name("costmodel")
+    return sorted(client.search_runs([exp.experiment_id]), key=lambda r: r.data.metrics["test/all/mape"])
+
+
+def _other_split(run):
+    """The run's split identity with another seed: the champion is then re-scored on the held-out rows."""
+    return {**{k: run.data.tags[k] for k in tracking.SPLIT_TAGS}, "split_seed": "99"}
+
+
+def _heldout(run):
+    return pd.read_csv(mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
+                                                           artifact_path="eval/heldout_predictions.csv"))
+
+
+def test_a_transient_error_while_rescoring_fails_loudly_and_keeps_the_champion(tiny_run, store, monkeypatch):
+    from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
+
+    client = MlflowClient()
+    best, worst = _runs(client)[0], _runs(client)[-1]
+    d1 = _register(worst, {k: worst.data.tags[k] for k in tracking.SPLIT_TAGS}, _heldout(worst))
+
+    def locked(*args, **kwargs):  # what MLflow raises for sqlite's "database is locked" (OperationalError)
+        raise MlflowException("(sqlite3.OperationalError) database is locked", error_code=TEMPORARILY_UNAVAILABLE)
+
+    heldout = _heldout(best)
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts", locked)
+    with pytest.raises(MlflowException, match="database is locked"):
+        _register(best, _other_split(best), heldout)
+    monkeypatch.undo()
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == str(d1.version)  # not replaced
+    [new] = [mv for mv in client.search_model_versions(f"name='{NAME}'") if str(mv.version) != str(d1.version)]
+    assert new.tags["champion_decision"].startswith("not decided, alias @champion kept (MlflowException: "
+                                                    "(sqlite3.OperationalError) database is locked")
+
+
+def test_an_error_inside_the_champions_predict_that_is_no_refusal_fails_loudly(tiny_run, store, monkeypatch):
+    client = MlflowClient()
+    best, worst = _runs(client)[0], _runs(client)[-1]
+    d1 = _register(worst, {k: worst.data.tags[k] for k in tracking.SPLIT_TAGS}, _heldout(worst))
+    from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
+
+    def broken(self, data, params=None):
+        raise MlflowException("connection reset by peer", error_code=INTERNAL_ERROR)
+
+    heldout = _heldout(best)
+    monkeypatch.setattr(mlflow.pyfunc.PyFuncModel, "predict", broken)
+    with pytest.raises(MlflowException, match="connection reset by peer"):
+        _register(best, _other_split(best), heldout)
+    monkeypatch.undo()
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == str(d1.version)
+
+
+def test_a_champion_that_cannot_be_loaded_or_featurize_any_row_is_replaced(tiny_run, store):
+    client = MlflowClient()
+    best, worst = _runs(client)[0], _runs(client)[-1]
+    # a champion whose files are no model (its run's eval/ folder): downloading works, loading cannot
+    client.create_registered_model(NAME)
+    broken = client.create_model_version(NAME, source=f"{worst.info.artifact_uri}/eval", run_id=worst.info.run_id)
+    client.set_registered_model_alias(NAME, "champion", broken.version)
+    d = _register(best, _other_split(best), _heldout(best))
+    assert d.promoted and d.previous == broken.version
+    assert re.match(rf"champion v{broken.version} cannot be loaded \(\w+: .+\): promoted$", d.reason), d.reason
+    # a champion that refuses every held-out row (hardware it never knew): replaced, and said so
+    rows = _heldout(worst).assign(hardware="no-such-gpu")
+    d2 = _register(worst, {**_other_split(worst), "split_seed": "98"}, rows)  # a split v{d} was not scored on
+    assert d2.promoted and d2.reason == (f"champion v{d.version} cannot featurize any held-out row (no hardware in "
+                                         "common): promoted")
+
+
+def test_higher_is_better_metrics_promote_the_higher_value_hand_worked(tiny_run, store):
+    """``select_metric`` with higher = better (r2_log, kendall_tau): stored tags 0.80 vs 0.90 promote, 0.70 keeps;
+    lower = better (mape) the other way round."""
+    assert tracking._better("r2_log", 0.9, 0.8) and not tracking._better("r2_log", 0.7, 0.8)
+    assert tracking._better("kendall_tau", 0.51, 0.5) and not tracking._better("kendall_tau", 0.5, 0.5)
+    assert tracking._better("mape", 0.1, 0.2) and not tracking._better("mape", 0.2, 0.1)
+    client = MlflowClient()
+    run = _runs(client)[0]
+    split = {k: run.data.tags[k] for k in tracking.SPLIT_TAGS}
+
+    def reg(r2):
+        return tracking.register(run.data.tags["model_uri"], NAME, "champion", {"r2_log": r2}, split=split,
+                                 heldout=None, target="runtime_ms", select_metric="r2_log")
+
+    first, up, down = reg(0.8), reg(0.9), reg(0.7)
+    assert first.promoted and up.promoted and not down.promoted
+    assert up.reason == f"r2_log 0.9 vs champion v{first.version} 0.8 (stored tags, same held-out split): promoted"
+    assert down.reason == f"r2_log 0.7 vs champion v{up.version} 0.9 (stored tags, same held-out split): champion kept"
+    assert client.get_model_version_by_alias(NAME, "champion").version == up.version

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from models.api import load_cost_model
 from tests.conftest import run_cli
-from tests.servers import post_json, predict_isolated, serve_model
+from tests.servers import post_json, predict_isolated, serve_costmodel, serve_model
 
 pytestmark = pytest.mark.slow
 MODEL = "models:/costmodel-runtime@champion"
@@ -39,7 +39,7 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     mlflow.set_tracking_uri(champion["uri"])
     info = mlflow.models.get_model_info(MODEL)
     assert [c.name for c in info.signature.outputs.inputs] == COLS
-    assert {"op", "hardware", "dtype", "m", "n", "k"} <= {c.name for c in info.signature.inputs.inputs}
+    assert info.signature.inputs is None  # a kernel model's inputs are checked by its encoder (models/pyfunc.py)
     assert info.saved_input_example_info is not None
     assert {"data", "features", "models"} <= {p.name for p in (Path(mlflow.artifacts.download_artifacts(MODEL)) / "code").iterdir()}
 
@@ -146,3 +146,67 @@ def test_rest_serving_matches_cli_and_rejects_bad_input(champion, api_preds, tmp
         status, body = post_json(url, records(WORKLOADS[:1]))
         assert status == 200
         assert body["predictions"][0]["runtime_ms"] == pytest.approx(api_preds["runtime_ms"].iloc[0], rel=1e-12)
+
+
+# --- costmodel serve: the same protocol, one-line error bodies --------------------------------------------------------
+@pytest.fixture(scope="module")
+def served(champion, tmp_path_factory):
+    with serve_costmodel(MODEL, champion["uri"], tmp_path_factory.mktemp("serve") / "serve.log") as base:
+        yield base + "/invocations"
+
+
+def _records(rows):
+    return json.dumps({"dataframe_records": rows}).encode()
+
+
+def test_costmodel_serve_predicts_as_the_api(served, api_preds):
+    status, body = post_json(served, _records(WORKLOADS))
+    assert status == 200, body
+    np.testing.assert_allclose(pd.DataFrame(body["predictions"])[COLS].to_numpy(), api_preds[COLS].to_numpy(),
+                               rtol=1e-12)
+    split = json.loads(pd.DataFrame(WORKLOADS).to_json(orient="split", index=False))
+    status, body = post_json(served, json.dumps({"dataframe_split": split}).encode())
+    assert status == 200 and len(body["predictions"]) == 3, body
+    csv = pd.DataFrame(WORKLOADS).to_csv(index=False).encode()
+    status, body = post_json(served, csv, content_type="text/csv")
+    assert status == 200, body
+    np.testing.assert_allclose(pd.DataFrame(body["predictions"])[COLS].to_numpy(), api_preds[COLS].to_numpy(),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("payload,code,msg", [
+    (_records([{"op": "matmul", "hardware": "H1000", "m": 8, "n": 8, "k": 8}]), 400, "row 0: unknown hardware 'H1000'"),
+    (_records([{"op": "x" * 5_000_000, "hardware": "T4", "m": 8, "n": 8}]), 400, "unknown op 'xxxx"),
+    (_records([{"op": "matmul", "hardware": None, "m": 8, "n": 8, "k": 8}]), 400, "hardware"),
+    (_records([{"op": "matmul", "hardware": "", "m": 8, "n": 8, "k": 8}]), 400, "hardware"),
+    (_records([{"op": "matmul", "hardware": "T4", "m": "abc", "n": 8, "k": 8}]), 400, "must be an integer"),
+    (_records([{"mlir": "\x00\x01 not mlir", "hardware": "T4"}]), 400, "row 0: a NUL character at offset 0"),
+    (_records([{"mlir": "\udcff" * 3, "hardware": "T4"}]), 400, "not a valid dataframe"),  # MLflow's parser refuses
+    (b"{not json" + b"x" * 100_000, 400, ""),
+    (json.dumps({"instances": 7}).encode(), 400, ""),
+])
+def test_costmodel_serve_error_bodies_are_one_line(served, payload, code, msg):
+    status, body = post_json(served, payload)
+    assert status == code, (status, str(body)[:500])
+    assert isinstance(body, dict) and set(body) == {"error_code", "message"}, str(body)[:500]
+    assert msg in body["message"] and "\n" not in body["message"] and len(body["message"]) <= 700, body
+    assert "Traceback" not in body["message"] and "Input:" not in body["message"]
+
+
+def test_any_records_get_predictions_or_a_4xx_line_over_rest(served):
+    """The REST side of tests/test_boundary.py: random (mostly broken) workload records, never a 5xx."""
+    from hypothesis import HealthCheck, given, settings
+
+    from tests.test_boundary import workload_frames
+
+    @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(frame=workload_frames())
+    def check(frame):
+        payload = frame.to_json(orient="split", index=False, default_handler=str)
+        status, body = post_json(served, json.dumps({"dataframe_split": json.loads(payload)}).encode())
+        assert status == 200 or 400 <= status < 500, (status, str(body)[:500])
+        if status != 200:
+            assert set(body) == {"error_code", "message"} and "\n" not in body["message"], str(body)[:500]
+            assert len(body["message"]) <= 700
+
+    check()
