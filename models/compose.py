@@ -65,6 +65,7 @@ class ModeConstants:
     gap_ms: float             # per launched kernel (device gap in a graph; Python time between kernels on a CPU)
     dispatch_scale: float     # host dispatch per kernel = dispatch_scale x the family's floor (0: none, a graph)
     fuse: bool = False        # pointwise ops fuse into the kernel before them
+    free_op_ms: float = 0.0   # host time of one kernel-free op (a view, a reshape) between kernels (eager)
     source: str = ""
 
 
@@ -164,19 +165,24 @@ def _fusion(ops, inputs, launchable: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return keep, into
 
 
-def _steps(t, h, keep, launched, mc: ModeConstants, ex: Execution) -> tuple[np.ndarray, np.ndarray]:
-    """Per kernel: device time and its step (share of the network runtime) for per-call times ``t``."""
+def _steps(t, h, keep, launched, mc: ModeConstants, ex: Execution, free_ops: float = 0.0
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel: device time and its step (share of the network runtime) for per-call times ``t``; the host time
+    of ``free_ops`` kernel-free ops is spread evenly over the launched kernels' dispatch."""
     d = device_ms(t, h, ex.overlap) * keep
+    free = mc.free_op_ms * free_ops / max(int(launched.sum()), 1)
     if ex.overlap:  # the host runs ahead: the device waits only when dispatching is slower than the kernel
-        step = np.maximum(d + mc.gap_ms, mc.dispatch_scale * h)
+        step = np.maximum(d + mc.gap_ms, mc.dispatch_scale * h + free)
     else:  # one thread: the dispatch (the measured floor, t itself below it), then the work
-        step = d + mc.dispatch_scale * np.minimum(t, h) + mc.gap_ms
+        step = d + mc.dispatch_scale * np.minimum(t, h) + mc.gap_ms + free
     return d, np.where(launched, step, d)
 
 
 def compose(kernels: pd.DataFrame, execution: str, ex: Execution, static_power_w: float | None = None,
-            static_power_source: str = "") -> Composition:
-    """The network's runtime (and power / energy) from its kernels' predictions (module docstring)."""
+            static_power_source: str = "", free_ops: int = 0) -> Composition:
+    """The network's runtime (and power / energy) from its kernels' predictions (module docstring). ``free_ops``:
+    the forward pass's kernel-free ops (views, reshapes: ``features.torch_capture`` ``attrs["free_ops"]``), each
+    ``free_op_ms`` of host time in a mode that dispatches from the host."""
     if "runtime_ms" not in kernels.columns or "op" not in kernels.columns:
         raise ValueError("compose: kernels need op and runtime_ms (per-kernel predictions) columns")
     if kernels.empty:
@@ -191,14 +197,14 @@ def compose(kernels: pd.DataFrame, execution: str, ex: Execution, static_power_w
         raise ValueError("compose: every kernel needs a finite runtime_ms >= 0")
     keep, into = _fusion(ops, inputs, np.ones(len(k), bool)) if mc.fuse else (np.ones(len(k)), np.full(len(k), -1))
     launched = into < 0
-    d, step = _steps(t, h, keep, launched, mc, ex)
+    d, step = _steps(t, h, keep, launched, mc, ex, free_ops)
     runtime = mc.launch_ms + float(step.sum())
     total = {"runtime_ms": runtime}
     for end in ("lo", "hi"):
         col = f"runtime_ms_{end}"
         if col in k.columns:
             te = pd.to_numeric(k[col], errors="coerce").to_numpy(float)
-            total[col] = mc.launch_ms + float(_steps(te, h, keep, launched, mc, ex)[1].sum())
+            total[col] = mc.launch_ms + float(_steps(te, h, keep, launched, mc, ex, free_ops)[1].sum())
     out = k.assign(launched=launched, fused_into=into, device_ms=d, step_ms=step)
     if "power_w" in k.columns and pd.to_numeric(k["power_w"], errors="coerce").notna().all():
         if static_power_w is None:
@@ -217,8 +223,95 @@ def compose(kernels: pd.DataFrame, execution: str, ex: Execution, static_power_w
                 total[f"energy_j_{end}"] = total[f"power_w_{end}"] * te / 1e3
         out = out.assign(dynamic_energy_j=dyn)
         total.update(static_power_w=ps, static_power_source=static_power_source)
-    total.update(execution=execution, kernels=int(len(k)), launched=int(launched.sum()))
+    total.update(execution=execution, kernels=int(len(k)), launched=int(launched.sum()), free_ops=int(free_ops))
     return Composition(total, out)
+
+
+# --------------------------------------------------------------------------- networks through a kernel model
+class NetworkComposer:
+    """A kernel model of record + the composition, over networks encoded with their kernels
+    (``features.composed``: per network ``kernels``, ``kernel_features``, ``hw_kind``): the anchor of the residual
+    network models (``models.gnn`` readout ``residual``, ``models.transformer`` ``residual=True``).
+
+    ``fit(items, y)`` learns, per hardware kind, the mode's ``launch_ms`` and ``gap_ms`` from the training networks
+    (:func:`fit_overheads`; the kernel model is not refitted); ``compose(items)`` gives each network's composed
+    runtime and its per-kernel steps (graph node of each kernel included)."""
+
+    def __init__(self, kernel_model, execution: str = "eager", table: Mapping[str, Execution] | None = None):
+        if execution not in MODES:
+            raise ValueError(f"unknown execution {execution!r}; known: {', '.join(MODES)}")
+        self.kernel_model = kernel_model
+        self.execution = execution
+        self.table = dict(table or load_execution())
+        self.overheads: dict[str, tuple[float, float]] = {}
+
+    def _bare(self, kind: str) -> Execution:
+        if kind not in self.table:
+            raise ValueError(f"no execution constants for a {kind} (conf/execution.yaml has {', '.join(self.table)})")
+        ex = self.table[kind]
+        mc = ex.mode(self.execution)
+        return ex.with_modes(**{self.execution: dataclasses.replace(mc, launch_ms=0.0, gap_ms=0.0, free_op_ms=0.0)})
+
+    def _predict_kernels(self, items) -> list[np.ndarray]:
+        frames = [it["kernel_features"] for it in items if len(it["kernels"])]
+        preds = np.asarray(self.kernel_model.predict(pd.concat(frames, ignore_index=True)), float) if frames else []
+        out, at = [], 0
+        for it in items:
+            n = len(it["kernels"])
+            out.append(np.asarray(preds[at:at + n], float) if n else np.zeros(0))
+            at += n
+        return out
+
+    def bare(self, items) -> list[tuple[float, int, pd.DataFrame]]:
+        """Per network: the composed kernel steps' sum with zero launch and gap, the launched kernel count and the
+        kernels with their ``runtime_ms`` prediction and ``step_ms``."""
+        out = []
+        for it, t in zip(items, self._predict_kernels(items)):
+            k = it["kernels"]
+            if not len(k):
+                out.append((0.0, 0, k.assign(runtime_ms=[], step_ms=[], launched=[])))
+                continue
+            res = compose(k.assign(runtime_ms=t), self.execution, self._bare(it["hw_kind"]))
+            out.append((res.total["runtime_ms"], res.total["launched"], res.kernels))
+        return out
+
+    def fit(self, items, y) -> "NetworkComposer":
+        parts, y = self.bare(items), np.asarray(y, float)
+        kinds = np.array([it["hw_kind"] for it in items])
+        for kind in np.unique(kinds):
+            m = kinds == kind
+            mc = self.table[kind].mode(self.execution)
+            if m.sum() >= 2:
+                self.overheads[kind] = fit_overheads([p[0] for p, k in zip(parts, m) if k],
+                                                     [p[1] for p, k in zip(parts, m) if k], y[m])[:2]
+            else:
+                self.overheads[kind] = (mc.launch_ms, mc.gap_ms)
+        return self
+
+    def compose(self, items) -> list[tuple[float, pd.DataFrame]]:
+        """Per network: its composed runtime (ms) and its kernels with ``step_ms`` (the gap included)."""
+        out = []
+        for it, (s, n, k) in zip(items, self.bare(items)):
+            mc = self.table[it["hw_kind"]].mode(self.execution) if it["hw_kind"] in self.table else None
+            launch, gap = self.overheads.get(it["hw_kind"], (mc.launch_ms, mc.gap_ms) if mc else (0.0, 0.0))
+            if len(k):
+                k = k.assign(step_ms=k["step_ms"] + gap * k["launched"])
+            out.append((max(s + launch + gap * n, 1e-6), k))
+        return out
+
+    def state(self) -> dict:
+        return {"execution": self.execution, "overheads": {k: list(v) for k, v in self.overheads.items()},
+                "table": {k: v.to_dict() for k, v in self.table.items()}}
+
+    @classmethod
+    def from_state(cls, state: dict, kernel_model) -> "NetworkComposer":
+        table = {}
+        for kind, spec in state["table"].items():
+            modes = {m: ModeConstants(**c) for m, c in spec["modes"].items()}
+            table[kind] = Execution(kind, spec["overlap"], spec["floor_ms"], modes, spec.get("floor_source", ""))
+        c = cls(kernel_model, state["execution"], table)
+        c.overheads = {k: tuple(v) for k, v in state["overheads"].items()}
+        return c
 
 
 # --------------------------------------------------------------------------- learning the constants
@@ -255,18 +348,20 @@ def fit_floors(rows: pd.DataFrame, registry=None) -> dict[str, float]:
     return {f: round(v, 6) for f, v in out.items()}
 
 
-def fit_overheads(step_sums: np.ndarray, n_launched: np.ndarray, measured_ms: np.ndarray) -> tuple[float, float]:
-    """``(launch_ms, gap_ms)`` of ``measured = step_sum + launch + gap x n_launched`` by relative least squares over
-    networks (``step_sums``: each network's composed kernel steps with zero launch and gap); ``launch_ms`` >= 0."""
+def fit_overheads(step_sums: np.ndarray, n_launched: np.ndarray, measured_ms: np.ndarray,
+                  n_free: np.ndarray | None = None) -> tuple[float, float, float]:
+    """``(launch_ms, gap_ms, free_op_ms)`` >= 0 of ``measured = step_sum + launch + gap x n_launched + free_op x
+    n_free`` by non-negative relative least squares over networks (``step_sums``: each network's composed kernel
+    steps with zero launch, gap and free-op time; ``n_free``: its kernel-free ops, None = not fitted, 0). All stay
+    >= 0, so a deeper network never composes to less than its kernels."""
+    from scipy.optimize import nnls
+
     s, n, y = (np.asarray(v, float) for v in (step_sums, n_launched, measured_ms))
     if len(y) < 2:
         raise ValueError("fit_overheads: needs at least two measured networks")
-    A = np.column_stack([np.ones_like(y), n]) / y[:, None]
-    b = (y - s) / y
-    launch, gap = np.linalg.lstsq(A, b, rcond=None)[0]
-    if launch < 0:  # refit the gap alone through the origin
-        launch, gap = 0.0, float(np.sum(A[:, 1] * b) / np.sum(A[:, 1] ** 2))
-    return float(launch), float(gap)
+    cols = [np.ones_like(y), n] + ([np.asarray(n_free, float)] if n_free is not None else [])
+    coef, _ = nnls(np.column_stack(cols) / y[:, None], (y - s) / y)
+    return float(coef[0]), float(coef[1]), float(coef[2]) if n_free is not None else 0.0
 
 
 STATIC_QUANTILE = 0.2   # the lowest-utilisation 20 % of the rows fix the static power

@@ -118,10 +118,11 @@ def _registry(loaded):
 
 
 def compose_total(per_kernel: pd.DataFrame, hardware: str, execution: str, registry=None,
-                  table: Mapping | None = None) -> tuple[dict, pd.DataFrame]:
-    """The network's figures from its kernels' predictions under ``execution`` (``models.compose``): the plain
-    rules (:func:`total`) for the other columns, the composition for runtime, power and energy. Returns the total
-    and the per-kernel frame with the composition's columns."""
+                  table: Mapping | None = None, free_ops: int = 0) -> tuple[dict, pd.DataFrame]:
+    """The network's figures from its kernels' predictions under ``execution`` (``models.compose``; ``free_ops``:
+    the kernel-free ATen calls of the forward pass): the plain rules (:func:`total`) for the other columns, the
+    composition for runtime, power and energy. Returns the total and the per-kernel frame with the composition's
+    columns."""
     from data.hardware import HardwareRegistry
     from models.compose import compose, load_execution, static_power
 
@@ -141,7 +142,7 @@ def compose_total(per_kernel: pd.DataFrame, hardware: str, execution: str, regis
     try:
         comp = compose(per_kernel.drop(columns=[] if power else [c for c in per_kernel.columns
                                                                  if c.startswith("power_w")]),
-                       execution, table[spec.kind], ps, src)
+                       execution, table[spec.kind], ps, src, free_ops)
     except ValueError as exc:
         raise FeatureError(str(exc)) from None
     plain = total(per_kernel[[c for c in per_kernel.columns if c in _PREDICTED or c.removesuffix("_lo").removesuffix(
@@ -164,6 +165,7 @@ def predict_kernels(kernels: pd.DataFrame, model, hardware: str,
 
     if kernels.empty:
         raise FeatureError("no kernel to cost")
+    free_ops = int(kernels.attrs.get("free_ops", 0) or 0)
     loaded = _load(model)
     check_signature(kernels, loaded, model if isinstance(model, str) else "the model")
     frame = kernels.drop(columns=[c for c in DESCRIBE if c in kernels.columns]).assign(hardware=hardware)
@@ -179,7 +181,7 @@ def predict_kernels(kernels: pd.DataFrame, model, hardware: str,
     per_kernel = kernels.reset_index(drop=True).assign(hardware=hardware).join(preds)
     if execution is None:
         return per_kernel, total(preds)
-    tot, per_kernel = compose_total(per_kernel, hardware, execution, _registry(loaded))
+    tot, per_kernel = compose_total(per_kernel, hardware, execution, _registry(loaded), free_ops=free_ops)
     return per_kernel, tot
 
 

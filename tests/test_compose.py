@@ -65,6 +65,9 @@ def test_cpu_modes_by_hand():
     k = two(0.050, 0.004)  # the relu is below its 5 us floor: its call is all dispatch
     eager = compose(k, "eager", CPU)
     assert eager.total["runtime_ms"] == pytest.approx(0.05 + 0.050 + 0.003 + 0.004 + 0.003)  # t + gap each
+    viewed = CPU.with_modes(eager=ModeConstants(launch_ms=0.05, gap_ms=0.003, dispatch_scale=1.0, free_op_ms=0.002))
+    assert compose(k, "eager", viewed, free_ops=7).total["runtime_ms"] == pytest.approx(
+        eager.total["runtime_ms"] + 7 * 0.002)  # each view / reshape costs host time
     comp = compose(k, "compiled", CPU)  # one fused call, its dispatch halved
     assert comp.total["runtime_ms"] == pytest.approx(0.05 + (0.050 - 0.010) + 0.5 * 0.010)
     with pytest.raises(ValueError, match="execution 'cuda_graph' does not exist on a cpu"):
@@ -168,8 +171,11 @@ def test_floors_and_overheads_fitted_from_rows(registry):
     assert floors["elementwise"] <= floors["gemm"]  # no rows: the smallest identified floor
     n = rng.integers(5, 200, 30).astype(float)
     sums = rng.uniform(0.1, 5.0, 30)
-    launch, gap = fit_overheads(sums, n, sums + 0.030 + 0.004 * n)
-    assert launch == pytest.approx(0.030, abs=1e-9) and gap == pytest.approx(0.004, abs=1e-9)
+    launch, gap, free = fit_overheads(sums, n, sums + 0.030 + 0.004 * n)
+    assert launch == pytest.approx(0.030, abs=1e-9) and gap == pytest.approx(0.004, abs=1e-9) and free == 0.0
+    views = rng.integers(0, 300, 30).astype(float)
+    launch, gap, free = fit_overheads(sums, n, sums + 0.030 + 0.004 * n + 0.0015 * views, views)
+    assert (launch, gap, free) == pytest.approx((0.030, 0.004, 0.0015), abs=1e-9)
 
 
 @pytest.mark.shared_data
