@@ -235,9 +235,12 @@ def test_networks_entry_point_tiny(tmp_path):
         assert name in out.stdout
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["costmodel-networks"])
-    assert sorted(runs["tags.model"]) == sorted(["gnn", "token_transformer", "xgb_layer_sum", "roofline_sum",
-                                                 "roofline_fit", "measured_layer_sum"])  # one run per model
-    assert np.isfinite(runs.loc[runs["tags.model"] == "gnn", "metrics.deeper/all/mape"].iloc[0])
+    assert sorted(runs["tags.model"]) == sorted(["gnn_residual", "token_transformer_residual", "composed", "gnn",
+                                                 "token_transformer", "xgb_layer_sum", "roofline_sum", "roofline_fit",
+                                                 "measured_layer_sum"])  # one run per model
+    for model in ("gnn", "gnn_residual", "composed"):
+        assert np.isfinite(runs.loc[runs["tags.model"] == model, "metrics.deeper/all/mape"].iloc[0])
+    assert "kernel model of record" in out.stdout
 
 
 # --------------------------------------------------------------------------- residual models over the composition
