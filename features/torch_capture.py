@@ -524,7 +524,8 @@ def workloads_from_module(module: torch.nn.Module, example_inputs, dtype: str | 
     ``target`` (the ATen op), ``module`` (the submodule path it ran in), ``op``, ``dtype`` and the op's shape
     columns (validated, nullable integers); ``unmapped`` = ``[(aten op, count), ...]`` of calls with no mapping,
     also warned about in one line, or raised as ValueError with ``strict=True``. ``rows.attrs`` holds
-    ``capture`` (torch.export or make_fx) and ``capture_note`` (why not torch.export).
+    ``capture`` (torch.export or make_fx), ``capture_note`` (why not torch.export) and ``free_ops`` (ATen calls that
+    launch no kernel: views, reshapes of contiguous tensors, ...; each still costs host time in eager mode).
     """
     if not isinstance(module, torch.nn.Module):
         raise CaptureError(f"expected a torch.nn.Module, got {type(module).__name__}")
@@ -565,7 +566,8 @@ def workloads_from_module(module: torch.nn.Module, example_inputs, dtype: str | 
         rows.append({"node": r["node"], "target": r["target"], "module": r["module"], "op": r["op"],
                      "dtype": r["dtype"], **params})
     df = pd.DataFrame(rows, columns=COLUMNS).astype({c: "Int64" for c in SHAPE_PARAMS})
-    df.attrs.update(capture=cap.method, capture_note=cap.note)
+    ops = sum(1 for n in _nodes(cap.graph_module) if isinstance(n.target, torch._ops.OpOverload))
+    df.attrs.update(capture=cap.method, capture_note=cap.note, free_ops=ops - len({r["node"] for r in found}))
     items = sorted(unmapped.items(), key=lambda kv: (-kv[1], kv[0]))
     if items:
         line = unmapped_line(items)

@@ -49,7 +49,6 @@ import numpy as np
 
 from models.base import CostModel, check_targets
 
-
 STD_FLOOR = 0.1  # feature std floor: a rare one-hot column does not scale by 1000 at test time
 IGNORE = 1e12    # the "std" of a column constant in training: it normalises to 0, whatever it holds later
 
@@ -352,3 +351,277 @@ class RooflineFitModel(CostModel):
 
     def _load_payload(self, path: Path) -> None:
         self.coef_ = tuple(json.loads((path / "coef.json").read_text()))
+
+
+# --------------------------------------------------------------------------- residual over the composition
+def kernel_items(X) -> list[dict]:
+    """Per network: its kernels, their features and its hardware kind (``features.composed`` encodings)."""
+    out = []
+    for i, x in enumerate(X):
+        get = x.get if isinstance(x, dict) else (lambda k, x=x: getattr(x, k, None))
+        item = {k: get(k) for k in ("kernels", "kernel_features", "hw_kind")}
+        if any(v is None for v in item.values()):
+            raise ValueError(f"X[{i}] carries no kernels: encode the networks with features.composed "
+                             "(ComposedGraphEncoder / ComposedTokenEncoder)")
+        out.append(item)
+    return out
+
+
+def load_kernel_model(path):
+    """The kernel model of record a residual network model composes (a saved :class:`CostModel` directory)."""
+    from models.base import load_model
+
+    if not path:
+        raise ValueError("a residual network model needs kernel_model: the directory of a saved kernel CostModel "
+                         "(pipelines.networks fits one on a kernel sweep)")
+    if not (Path(path) / "model.json").exists():
+        raise ValueError(f"kernel_model {path!r} is not a saved CostModel directory (no model.json)")
+    return load_model(path)
+
+
+def _residual_net(n_node: int, n_hw: int, n_kinds: int, hidden: int, layers: int, conv: str, heads: int,
+                  bound: float):
+    import torch
+    from torch import nn
+    from torch_geometric.nn import GATv2Conv, SAGEConv
+    from torch_geometric.utils import scatter
+
+    class ResidualGNN(nn.Module):
+        """log runtime = log composed + B tanh((bias + sum_v w_v s_v) / B); s_v = 0 on op kinds unseen in fit."""
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("x_mean", torch.zeros(n_kinds, n_node))
+            self.register_buffer("x_std", torch.ones(n_kinds, n_node))
+            self.register_buffer("seen", torch.zeros(n_kinds))
+            self.register_buffer("u_mean", torch.zeros(n_hw))
+            self.register_buffer("u_std", torch.ones(n_hw))
+            self.embed = nn.Sequential(nn.Linear(n_node + n_hw, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
+            self.convs = nn.ModuleList(SAGEConv(hidden, hidden, aggr="mean") if conv == "sage" else
+                                       GATv2Conv(hidden, hidden // heads, heads=heads, concat=True, edge_dim=3)
+                                       for _ in range(layers))
+            self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+            self.bias = nn.Parameter(torch.zeros(()))
+            self.zero()
+            self.last_s = None
+
+        def zero(self):
+            """The learned part at zero: the model is the composition."""
+            with torch.no_grad():
+                self.head[2].weight.zero_(), self.head[2].bias.zero_(), self.bias.zero_()
+
+        def forward(self, data):
+            seen = self.seen[data.kind] > 0
+            xn = ((data.x - self.x_mean[data.kind]) / self.x_std[data.kind]).clamp(-CLIP, CLIP) * seen[:, None]
+            un = ((data.u - self.u_mean) / self.u_std).clamp(-CLIP, CLIP)[data.batch]
+            h = self.embed(torch.cat([xn, un], dim=1))
+            ei = torch.cat([data.edge_index, data.edge_index.flip(0)], dim=1)
+            ea = torch.cat([torch.cat([data.edge_attr, torch.zeros_like(data.edge_attr[:, :1])], 1),
+                            torch.cat([data.edge_attr, torch.ones_like(data.edge_attr[:, :1])], 1)])
+            for c in self.convs:
+                h = h + torch.relu(c(h, ei) if conv == "sage" else c(h, ei, ea))
+            s = self.head(h).squeeze(-1) * seen
+            self.last_s = s[data.w > 0]
+            r = self.bias + scatter(data.w * s, data.batch, dim=0, dim_size=data.num_graphs, reduce="sum")
+            return data.log_composed + bound * torch.tanh(r / bound)
+
+    return ResidualGNN()
+
+
+class ResidualGNNModel(CostModel):
+    """A whole network = the composition of its kernels' predictions (``models.compose.NetworkComposer``: the
+    kernel model of record ``kernel_model`` + the ``execution`` mode, launch and per-kernel gap fitted on the
+    training networks) x a bounded learned correction from a GNN over its MLIR graph:
+
+        log runtime = log composed + B tanh((b + sum_v w_v s_v) / B)
+
+    ``w_v`` = node v's share of the composed runtime (its kernels' steps / the total; 0 for nodes that launch
+    nothing), ``s_v`` = a head over the GNN embedding of v. Node features are normalised PER OP KIND (op class:
+    contraction, elementwise, reduction, ...) with that kind's training statistics, and nodes of a kind never seen
+    in training get ``s_v = 0``: a held-out architecture's unseen ops fall back to the composition, and any
+    correction is within exp(+-B). The head and ``b`` start at zero (an untrained model IS the composition); the
+    loss is MSE on log runtime + ``shrink`` x mean(s_v^2) over kernel nodes. ``X``: graphs from
+    ``features.composed.ComposedGraphEncoder``."""
+
+    name = "gnn_residual"
+
+    def __init__(self, kernel_model: str | None = None, execution: str = "eager", hidden: int = 64, layers: int = 3,
+                 epochs: int = 150, lr: float = 3e-3, weight_decay: float = 1e-4, batch_size: int = 16, seed: int = 0,
+                 conv: str = "gatv2", heads: int = 4, bound: float = 0.5, shrink: float = 1.0):
+        if conv not in ("sage", "gatv2"):
+            raise ValueError(f"conv must be 'sage' or 'gatv2', got {conv!r}")
+        if conv == "gatv2" and hidden % heads:
+            raise ValueError(f"hidden {hidden} must be a multiple of heads {heads} for gatv2")
+        if not bound > 0:
+            raise ValueError(f"bound must be > 0, got {bound!r}")
+        self.kernel_model = kernel_model
+        self.execution = execution
+        self.hidden = hidden
+        self.layers = layers
+        self.epochs = epochs
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.batch_size = batch_size
+        self.seed = seed
+        self.conv = conv
+        self.heads = heads
+        self.bound = bound
+        self.shrink = shrink
+
+    def _data(self, X, composed) -> list:
+        """Plain tensor graphs (the kernels stripped) with each node's share ``w`` and ``log_composed``."""
+        import torch
+        from torch_geometric.data import Data
+
+        out = []
+        for g, (total, k) in zip(X, composed):
+            w = np.zeros(g.num_nodes)
+            if len(k):
+                np.add.at(w, k["node"].to_numpy(int), k["step_ms"].to_numpy(float))
+            out.append(Data(x=g.x, edge_index=g.edge_index, edge_attr=g.edge_attr, u=g.u, kind=g.kind,
+                            w=torch.tensor(w / total, dtype=torch.float32),
+                            log_composed=torch.tensor([math.log(total)], dtype=torch.float32), num_nodes=g.num_nodes))
+        return out
+
+    def _build(self, n_node: int, n_hw: int):
+        import torch
+
+        from features.mlir.graph import OP_CLASSES
+
+        torch.manual_seed(self.seed)
+        self.dims_ = (n_node, n_hw)
+        self.net_ = _residual_net(n_node, n_hw, len(OP_CLASSES), self.hidden, self.layers, self.conv, self.heads,
+                                  self.bound)
+        return self.net_
+
+    def fit(self, X, y):
+        import torch
+        from torch_geometric.loader import DataLoader
+
+        from models.compose import NetworkComposer
+
+        X, y = _check_graphs(X, y)
+        if any(getattr(g, "kind", None) is None for g in X):
+            raise ValueError("X holds graphs without kind: encode them with features.composed.ComposedGraphEncoder")
+        self.composer_ = NetworkComposer(load_kernel_model(self.kernel_model), self.execution).fit(kernel_items(X), y)
+        data = self._data(X, self.composer_.compose(kernel_items(X)))
+        net = self._build(X[0].x.shape[1], X[0].u.shape[1])
+        xs, kinds, us = torch.cat([d.x for d in data]), torch.cat([d.kind for d in data]), torch.cat([d.u for d in data])
+        for k in torch.unique(kinds):
+            m = kinds == k
+            std = xs[m].std(0, unbiased=False)  # one node of a kind: std 0, every column ignored
+            net.x_mean[k], net.seen[k] = xs[m].mean(0), 1.0
+            net.x_std[k] = std.clamp_min(STD_FLOOR).masked_fill(std < 1e-6, IGNORE)
+        net.u_mean.copy_(us.mean(0)), net.u_std.copy_(_scale(us) if len(X) > 1 else torch.ones_like(net.u_std))
+        for d, t in zip(data, y):
+            d.y = torch.tensor([t], dtype=torch.float32)
+        if self.epochs > 0:
+            loader = DataLoader(data, batch_size=self.batch_size, shuffle=True)
+            trainer(self.epochs, self.seed).fit(_residual_module(net, self.lr, self.weight_decay, self.shrink), loader)
+        net.eval()
+        return self
+
+    @property
+    def net(self):
+        if not hasattr(self, "net_"):
+            raise RuntimeError("ResidualGNNModel is not fitted")
+        return self.net_
+
+    def composed(self, X) -> np.ndarray:
+        """The composition alone (the model with its learned part at zero)."""
+        _ = self.net  # raises when not fitted
+        return np.array([t for t, _ in self.composer_.compose(kernel_items(X))])
+
+    def predict(self, X) -> np.ndarray:
+        import torch
+        from torch_geometric.loader import DataLoader
+
+        X, _ = _check_graphs(X)
+        net = self.net
+        widths = {int(g.x.shape[1]) for g in X}
+        if widths != {self.dims_[0]}:
+            raise ValueError(f"graphs have {sorted(widths)} node features, the model was fitted on {self.dims_[0]}: "
+                             "encode with the settings used in training (op_names)")
+        data = self._data(X, self.composer_.compose(kernel_items(X)))
+        net.eval()
+        out = []
+        with torch.no_grad():
+            for batch in DataLoader(data, batch_size=max(self.batch_size, 64), shuffle=False):
+                out.append(torch.exp(net(batch)).double().numpy())
+        return np.concatenate(out)
+
+    def _save_payload(self, path: Path) -> None:
+        import torch
+
+        torch.save(self.net.state_dict(), path / "gnn.pt")
+        (path / "dims.json").write_text(json.dumps(list(self.dims_)))
+        (path / "composer.json").write_text(json.dumps(self.composer_.state()))
+        self.composer_.kernel_model.save(path / "kernel_model")
+
+    def _load_payload(self, path: Path) -> None:
+        import torch
+
+        from models.base import load_model
+        from models.compose import NetworkComposer
+
+        n_node, n_hw = json.loads((path / "dims.json").read_text())
+        self._build(n_node, n_hw).load_state_dict(torch.load(path / "gnn.pt", weights_only=True))
+        self.net_.eval()
+        self.composer_ = NetworkComposer.from_state(json.loads((path / "composer.json").read_text()),
+                                                    load_model(path / "kernel_model"))
+
+
+def _residual_module(net, lr: float, weight_decay: float, shrink: float):
+    import lightning as L
+    import torch
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch, _idx):
+            loss = torch.mean((self.net(batch) - torch.log(batch.y)) ** 2)
+            if shrink and self.net.last_s is not None and self.net.last_s.numel():
+                loss = loss + shrink * torch.mean(self.net.last_s ** 2)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=weight_decay)
+
+    return Module()
+
+
+class ComposedNetworkModel(CostModel):
+    """The composition alone (``models.compose.NetworkComposer``: the kernel model of record + ``execution``, launch
+    and per-kernel gap fitted on the training networks): the residual models' anchor, scored on its own. ``X``:
+    ``features.composed`` encodings (graphs or token dicts)."""
+
+    name = "composed"
+
+    def __init__(self, kernel_model: str | None = None, execution: str = "eager"):
+        self.kernel_model = kernel_model
+        self.execution = execution
+
+    def fit(self, X, y) -> "ComposedNetworkModel":
+        from models.compose import NetworkComposer
+
+        y = check_targets(y, len(X))
+        self.composer_ = NetworkComposer(load_kernel_model(self.kernel_model), self.execution).fit(kernel_items(X), y)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        if not hasattr(self, "composer_"):
+            raise RuntimeError("ComposedNetworkModel is not fitted")
+        return np.array([t for t, _ in self.composer_.compose(kernel_items(X))])
+
+    def _save_payload(self, path: Path) -> None:
+        (path / "composer.json").write_text(json.dumps(self.composer_.state()))
+        self.composer_.kernel_model.save(path / "kernel_model")
+
+    def _load_payload(self, path: Path) -> None:
+        from models.base import load_model
+        from models.compose import NetworkComposer
+
+        self.composer_ = NetworkComposer.from_state(json.loads((path / "composer.json").read_text()),
+                                                    load_model(path / "kernel_model"))

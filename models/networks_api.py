@@ -7,14 +7,19 @@ and their total.
     res = predict_module(net, torch.empty(8, 3, 224, 224, device="meta"), "models:/costmodel-runtime@champion",
                          hardware="H100-SXM", dtype="float16")
     res.kernels     # one row per kernel: node, target (ATen op), module path, op, dtype, shapes + predictions
-    res.total       # {"runtime_ms": ..., "runtime_ms_lo": ..., "runtime_ms_hi": ...}
+                    #   + launched, fused_into, device_ms, step_ms (its share of the network runtime)
+    res.total       # {"runtime_ms", "runtime_ms_lo", "runtime_ms_hi", (power_w, energy_j + ends), "execution", ...}
     res.unmapped    # [(aten op, count), ...] not costed (also warned about in one line)
 
 ``model`` is a model URI (``models:/name@alias``, ``runs:/...``; loaded with ``mlflow.pyfunc.load_model``) or an
-object with ``predict(DataFrame)`` (a loaded pyfunc). The composition is the one ``.mlir`` input already has: the
-kernels run one after another, so runtime and energy (and their interval ends) are sums, peak memory is the largest
-kernel's, and power is energy / runtime (its ends the runtime-weighted means). Launch overheads and fusion by
-execution mode are not modelled here yet.
+object with ``predict(DataFrame)`` (a loaded pyfunc). The kernels' predictions compose into the network's figures
+by ``execution`` (``models.compose``: ``eager`` = PyTorch's default, ``cuda_graph``, ``compiled``; constants in
+``conf/execution.yaml``): runtime = launch + per-kernel steps (launch-bound kernels cost their host dispatch in
+eager, a small gap in a graph; pointwise ops fuse when compiled); with a power model (runtime_ms + power_w per
+kernel, e.g. ``costmodel-power``) energy = static power x runtime + the kernels' dynamic energies and power =
+energy / runtime; with a runtime-only model power and energy are absent. ``sum_runtime_ms`` keeps the plain sum
+of the kernels' predictions. ``execution=None`` gives the plain rules instead: runtime and energy (and their
+interval ends) are sums, peak memory is the largest kernel's, power is energy / runtime.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ class NetworkPrediction:
     total: dict[str, float]                    # the network's figures (module docstring)
     unmapped: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     capture: str = ""                          # torch.export / make_fx / mlir
+    execution: str | None = None               # the execution mode of the total (None: plain sums)
 
 
 def _load(model):
@@ -98,14 +104,68 @@ def total(preds: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def predict_kernels(kernels: pd.DataFrame, model, hardware: str) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Per-kernel predictions of a workload frame on ``hardware`` and their total."""
+def _registry(loaded):
+    """The project's hardware registry plus the specs a served model carries (e.g. the CPU it was measured on)."""
+    from data.hardware import HardwareRegistry
+
+    registry = HardwareRegistry.from_dir()
+    unwrap = getattr(loaded, "unwrap_python_model", None)
+    own = getattr(unwrap(), "registry", None) if callable(unwrap) else getattr(loaded, "registry", None)
+    for spec in own or ():
+        if spec.id not in registry:
+            registry.add(spec)
+    return registry
+
+
+def compose_total(per_kernel: pd.DataFrame, hardware: str, execution: str, registry=None,
+                  table: Mapping | None = None, free_ops: int = 0) -> tuple[dict, pd.DataFrame]:
+    """The network's figures from its kernels' predictions under ``execution`` (``models.compose``; ``free_ops``:
+    the kernel-free ATen calls of the forward pass): the plain rules (:func:`total`) for the other columns, the
+    composition for runtime, power and energy. Returns the total and the per-kernel frame with the composition's
+    columns."""
+    from data.hardware import HardwareRegistry
+    from models.compose import compose, load_execution, static_power
+
+    if "runtime_ms" not in per_kernel.columns:
+        raise FeatureError(f"execution {execution!r} composes runtimes: the model predicts no runtime_ms")
+    registry = registry or HardwareRegistry.from_dir()
+    try:
+        spec = registry.get(hardware)
+    except KeyError as exc:
+        raise FeatureError(str(exc)) from None
+    table = table or load_execution()
+    if spec.kind not in table:
+        raise FeatureError(f"hardware {spec.id!r} is a {spec.kind}: no execution constants for it "
+                           f"(conf/execution.yaml has {', '.join(table)})")
+    power = "power_w" in per_kernel.columns and pd.to_numeric(per_kernel["power_w"], errors="coerce").notna().all()
+    ps, src = static_power(spec, registry) if power else (None, "")
+    try:
+        comp = compose(per_kernel.drop(columns=[] if power else [c for c in per_kernel.columns
+                                                                 if c.startswith("power_w")]),
+                       execution, table[spec.kind], ps, src, free_ops)
+    except ValueError as exc:
+        raise FeatureError(str(exc)) from None
+    plain = total(per_kernel[[c for c in per_kernel.columns if c in _PREDICTED or c.removesuffix("_lo").removesuffix(
+        "_hi") in _PREDICTED]])
+    out = {k: v for k, v in plain.items() if not k.startswith(("runtime_ms", "power_w", "energy_j"))}
+    out.update(comp.total, sum_runtime_ms=plain["runtime_ms"])
+    return out, comp.kernels
+
+
+_PREDICTED = ("runtime_ms", "power_w", "energy_j", "peak_mem_bytes")
+
+
+def predict_kernels(kernels: pd.DataFrame, model, hardware: str,
+                    execution: str | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Per-kernel predictions of a workload frame on ``hardware`` and the network's total: composed under
+    ``execution`` (:func:`compose_total`), or by the plain rules (:func:`total`) when it is None."""
     from mlflow.exceptions import MlflowException
 
     from models.pyfunc import INPUT_ERROR_PREFIX
 
     if kernels.empty:
         raise FeatureError("no kernel to cost")
+    free_ops = int(kernels.attrs.get("free_ops", 0) or 0)
     loaded = _load(model)
     check_signature(kernels, loaded, model if isinstance(model, str) else "the model")
     frame = kernels.drop(columns=[c for c in DESCRIBE if c in kernels.columns]).assign(hardware=hardware)
@@ -117,27 +177,34 @@ def predict_kernels(kernels: pd.DataFrame, model, hardware: str) -> tuple[pd.Dat
         raise FeatureError(msg.removeprefix(INPUT_ERROR_PREFIX) if msg.startswith(INPUT_ERROR_PREFIX)
                            else " ".join(msg.split())[:300]) from None
     preds = pd.DataFrame(preds).reset_index(drop=True)
+    preds = preds.drop(columns=[c for c in preds.columns if c.startswith("network_") and preds[c].isna().all()])
     per_kernel = kernels.reset_index(drop=True).assign(hardware=hardware).join(preds)
-    return per_kernel, total(preds)
+    if execution is None:
+        return per_kernel, total(preds)
+    tot, per_kernel = compose_total(per_kernel, hardware, execution, _registry(loaded), free_ops=free_ops)
+    return per_kernel, tot
 
 
 def predict_module(module, example_inputs, model, hardware: str, dtype: str | None = None,
-                   kwargs: Mapping[str, Any] | None = None, strict: bool = False) -> NetworkPrediction:
-    """Cost one forward pass of a ``torch.nn.Module`` (``features.torch_capture.workloads_from_module``)."""
+                   kwargs: Mapping[str, Any] | None = None, strict: bool = False,
+                   execution: str | None = "eager") -> NetworkPrediction:
+    """Cost one forward pass of a ``torch.nn.Module`` (``features.torch_capture.workloads_from_module``) run in
+    ``execution`` mode (module docstring)."""
     from features.torch_capture import workloads_from_module
 
     kernels, unmapped = workloads_from_module(module, example_inputs, dtype=dtype, strict=strict, kwargs=kwargs)
-    per_kernel, tot = predict_kernels(kernels, model, hardware)
-    return NetworkPrediction(per_kernel, tot, unmapped, kernels.attrs.get("capture", ""))
+    per_kernel, tot = predict_kernels(kernels, model, hardware, execution)
+    return NetworkPrediction(per_kernel, tot, unmapped, kernels.attrs.get("capture", ""), execution)
 
 
 def predict_mlir(text: str, model, hardware: str, dims: Mapping[str, object] | None = None,
-                 where: str = "mlir", strict: bool = False) -> NetworkPrediction:
-    """Cost an MLIR module's kernels (``features.mlir.workloads_from_mlir``; ``dims`` binds dynamic sizes)."""
+                 where: str = "mlir", strict: bool = False, execution: str | None = "eager") -> NetworkPrediction:
+    """Cost an MLIR module's kernels (``features.mlir.workloads_from_mlir``; ``dims`` binds dynamic sizes) run in
+    ``execution`` mode."""
     from features.mlir import workloads_from_mlir
 
     kernels = workloads_from_mlir(text, where=where, dims=dims, strict=strict)
     if kernels.empty:
         raise FeatureError(f"{where}: no kernel recognised")
-    per_kernel, tot = predict_kernels(kernels, model, hardware)
-    return NetworkPrediction(per_kernel, tot, sorted(kernels.attrs.get("unmapped", {}).items()), "mlir")
+    per_kernel, tot = predict_kernels(kernels, model, hardware, execution)
+    return NetworkPrediction(per_kernel, tot, sorted(kernels.attrs.get("unmapped", {}).items()), "mlir", execution)

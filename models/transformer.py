@@ -10,6 +10,12 @@ LongTensor[T]) or of 1-D id tensors / int lists; ``y`` positive runtimes.
 Sequences longer than ``max_len`` are truncated (their tail is not seen: a deeper network beyond that
 length looks the same as a shallower one, a known limit of this model; the GNN's additive readout has
 no such limit). The log-target mean is learned as the output bias' initial value.
+
+``residual=True``: the model is a bounded correction of the composition of the network's kernels
+(``models.compose.NetworkComposer``: the kernel model of record ``kernel_model`` + ``execution``, launch and gap fitted
+on the training networks): ``log runtime = log composed + B tanh(Linear(mean_t h_t) / B)`` with the output layer at
+zero to start (an untrained model IS the composition) and ``B`` = ``bound``; ``X`` then comes from
+``features.composed.ComposedTokenEncoder`` (tokens + kernels).
 """
 from __future__ import annotations
 
@@ -78,7 +84,9 @@ class TransformerModel(CostModel):
     name = "token_transformer"
 
     def __init__(self, d_model: int = 64, heads: int = 4, layers: int = 2, max_len: int = 1024,
-                 epochs: int = 100, lr: float = 1e-3, batch_size: int = 16, vocab_size: int = 0, seed: int = 0):
+                 epochs: int = 100, lr: float = 1e-3, batch_size: int = 16, vocab_size: int = 0, seed: int = 0,
+                 residual: bool = False, kernel_model: str | None = None, execution: str = "eager",
+                 bound: float = 0.5):
         self.d_model = d_model
         self.heads = heads
         self.layers = layers
@@ -88,6 +96,10 @@ class TransformerModel(CostModel):
         self.batch_size = batch_size
         self.vocab_size = vocab_size  # 0: the size of features/mlir_vocab.json
         self.seed = seed
+        self.residual = residual
+        self.kernel_model = kernel_model
+        self.execution = execution
+        self.bound = bound
 
     def _build(self):
         import torch
@@ -107,10 +119,21 @@ class TransformerModel(CostModel):
         seqs = _ids(X)
         y = check_targets(y, len(seqs))
         net = self._build()
-        with torch.no_grad():
-            net.out.bias.fill_(float(np.mean(np.log(y))))
-        max_len = self.max_len
-        pairs = list(zip(seqs, np.log(y).astype(np.float32)))
+        target = np.log(y)
+        if self.residual:  # learn log(measured / composed), bounded, from zero
+            from models.compose import NetworkComposer
+            from models.gnn import kernel_items, load_kernel_model
+
+            self.composer_ = NetworkComposer(load_kernel_model(self.kernel_model), self.execution).fit(
+                kernel_items(X), y)
+            target = target - np.log(self._composed(X))
+            with torch.no_grad():
+                net.out.weight.zero_(), net.out.bias.zero_()
+        else:
+            with torch.no_grad():
+                net.out.bias.fill_(float(np.mean(target)))
+        max_len, bound, residual = self.max_len, float(self.bound), self.residual
+        pairs = list(zip(seqs, target.astype(np.float32)))
 
         def collate(b):
             return _pad([s for s, _ in b], max_len), torch.tensor([t for _, t in b])
@@ -122,7 +145,8 @@ class TransformerModel(CostModel):
 
             def training_step(self, batch, _idx):
                 ids, t = batch
-                return torch.mean((self.net(ids) - t) ** 2)
+                out = self.net(ids)
+                return torch.mean(((bound * torch.tanh(out / bound) if residual else out) - t) ** 2)
 
             def configure_optimizers(self):
                 return torch.optim.AdamW(self.parameters(), lr=self_lr)
@@ -144,16 +168,33 @@ class TransformerModel(CostModel):
         with torch.no_grad():
             for i in range(0, len(seqs), 32):
                 out.append(self.net_(_pad(seqs[i:i + 32], self.max_len)).double().numpy())
-        return np.exp(np.concatenate(out))
+        out = np.concatenate(out)
+        if self.residual:
+            return self._composed(X) * np.exp(self.bound * np.tanh(out / self.bound))
+        return np.exp(out)
+
+    def _composed(self, X) -> np.ndarray:
+        from models.gnn import kernel_items
+
+        return np.array([t for t, _ in self.composer_.compose(kernel_items(X))])
 
     def _save_payload(self, path: Path) -> None:
         import torch
 
         torch.save(self.net_.state_dict(), path / "transformer.pt")
         (path / "vocab.json").write_text(json.dumps({"size": self.net_.tok.num_embeddings}))
+        if self.residual:
+            (path / "composer.json").write_text(json.dumps(self.composer_.state()))
+            self.composer_.kernel_model.save(path / "kernel_model")
 
     def _load_payload(self, path: Path) -> None:
         import torch
 
         self._build().load_state_dict(torch.load(path / "transformer.pt", weights_only=True))
         self.net_.eval()
+        if self.residual:
+            from models.base import load_model
+            from models.compose import NetworkComposer
+
+            self.composer_ = NetworkComposer.from_state(json.loads((path / "composer.json").read_text()),
+                                                        load_model(path / "kernel_model"))

@@ -24,6 +24,9 @@ no ``op``: output ``input, hardware`` + the prediction), else the kernels recogn
 ``--torch pkg.module:factory`` costs a PyTorch model: ``factory()`` is called under ``torch.device("meta")`` (no
 weights), captured on ``--example-input`` shapes (``features/torch_capture.py``), one row per kernel plus the
 total. Ops with no workload mapping are named on stderr in one ``costmodel: warning:`` line (``--strict``: an error).
+The total of a kernel model's .mlir / --torch output composes the kernels by ``--execution`` (eager, cuda_graph,
+compiled; ``models/compose.py``): runtime, and with a power model (``costmodel-power``) power and energy per
+inference; ``sum_runtime_ms`` is the plain sum of the kernels.
 ``costmodel models`` prints registered names, versions, aliases and their held-out metrics.
 ``costmodel serve`` answers MLflow's scoring protocol (``POST /invocations``) with one-line error bodies
 (``pipelines/serve.py``).
@@ -255,7 +258,7 @@ def predict(args) -> int:
     if network:  # the module text is the input, not an output column
         out = out.drop(columns=["mlir"])
     elif in_fmt == "mlir":  # one row per recognised kernel plus their total
-        out = _with_total(out, list(preds.columns))
+        out = _with_total(out, list(preds.columns), args.hardware, args.execution, model)
     return _write(out, args.output, fmt)
 
 
@@ -321,7 +324,7 @@ def _predict_torch(args):
         print(f"costmodel: note: {kernels.attrs['capture_note']}", file=sys.stderr)
     _set_uri(args.tracking_uri, args.model)
     try:
-        per_kernel, total = predict_kernels(kernels, args.model, args.hardware)
+        per_kernel, total = predict_kernels(kernels, args.model, args.hardware, args.execution)
     except FeatureError as exc:
         raise CliError(str(exc)) from None
     row = {"node": "total", "hardware": args.hardware, **total}
@@ -362,14 +365,21 @@ def _mlir_workloads(text: str, where: str, hardware: str, dim_specs: list[str] |
     return df.astype({c: float for c in df.columns if str(df[c].dtype) == "Int64" and c != "node"})
 
 
-def _with_total(out, targets: list[str]):
-    """Append the total row: runtime / energy summed, peak memory the largest, power = energy / runtime."""
+def _with_total(out, targets: list[str], hardware: str, execution: str, model):
+    """Append the total row: the kernels composed under ``execution`` (``models.networks_api.compose_total``)."""
     import pandas as pd
 
-    from models.networks_api import total
+    from features.tabular import FeatureError
+    from models.networks_api import _registry, compose_total, total
 
-    row = {"mlir_op": "total", **total(out[targets])}
-    return pd.concat([out, pd.DataFrame([row])], ignore_index=True)
+    try:
+        if "runtime_ms" in targets:
+            row, out = compose_total(out, hardware, execution, _registry(model))
+        else:  # e.g. peak memory alone: the plain rules
+            row = total(out[targets])
+    except FeatureError as exc:
+        raise CliError(str(exc)) from None
+    return pd.concat([out, pd.DataFrame([{"mlir_op": "total", **row}])], ignore_index=True)
 
 
 def featurize(args) -> int:
@@ -459,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output format (default: from --output, else csv)")
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--hardware", help="hardware id for .mlir / --torch input (its kernels are predicted on it)")
+    p.add_argument("--execution", choices=["eager", "cuda_graph", "compiled"], default="eager",
+                   help=".mlir / --torch total: how the kernels run (models/compose.py; default eager): launch-bound "
+                        "kernels cost their dispatch in eager, a small gap in a CUDA graph; compiled fuses pointwise ops")
     p.set_defaults(func=predict)
 
     p = sub.add_parser("models", help="list registered models: versions, aliases, held-out metrics")

@@ -6,7 +6,9 @@ baselines (``conf/networks.yaml``).
     python -m pipelines.networks -m hparams_search=gnn_optuna   # an Optuna sweep; main returns the objective
 
 Measures every network of the grid and its distinct layers on one backend (``backend``; ``cache: true`` reuses the
-measurements, ``data.collect.collect_cached``), exports each network's MLIR, then the one library path
+measurements, ``data.collect.collect_cached``), exports each network's MLIR; for the composed and residual models
+(``composed``, ``gnn_residual``, ``token_transformer_residual``) measures a seeded kernel sweep and fits the kernel
+model of record on it (``kernel_sweep``, ``kernel_model``; or ``kernel_model_path``), then the one library path
 (``pipelines.experiment``) scores every model on the architecture splits (``models.splits.architecture_folds``:
 each family held out, groups of families, deeper networks) and registers ``register.models`` (calibrated on a held-out
 fraction of each family). Returns the mean over the scored splits of ``objective.model``'s ``objective.metric``.
@@ -19,7 +21,7 @@ import time
 import warnings
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from data.collect import collect_cached, make_backends, network_grid
 from models.splits import architecture_folds
@@ -47,6 +49,51 @@ def folds(cfg: DictConfig, nets) -> dict[str, list]:
     return {s: out[s] for s in cfg.eval_splits} if cfg.eval_splits else out
 
 
+def needs_kernel_model(cfg: DictConfig) -> bool:
+    """Does any model of the job compose kernels (its ``kernel_model`` is the job's ``kernel_model_path``)?"""
+    return any(isinstance(e, DictConfig) and "kernel_model" in e for e in cfg.model.values())
+
+
+def kernel_model(cfg: DictConfig, backend, registry, out) -> str:
+    """The kernel model of record of the composed / residual models: ``kernel_model_path`` when given, else a model
+    (``kernel_model``) fitted on a seeded sweep of kernels (``kernel_sweep``) measured on ``backend``, cached under
+    ``<output_dir>/<cache_dir>`` when ``cache`` is on. Returns the saved model's directory."""
+    import hashlib
+    import json
+
+    import pandas as pd
+    from hydra.utils import instantiate
+
+    from data.collect import collect
+    from data.store import write_parquet_durably
+    from data.sweep import random_sweep
+    from features.tabular import TabularFeaturizer
+
+    if cfg.kernel_model_path:
+        return str(cfg.kernel_model_path)
+    sweep = OmegaConf.to_container(cfg.kernel_sweep, resolve=True)
+    ops = {op: {**spec, "n": sweep["n"]} for op, spec in sweep["ops"].items()}
+    workloads = random_sweep(ops, ["float32"], cfg.seed, sweep["max_flops"], sweep["max_bytes"])
+    key = hashlib.sha256(json.dumps([sweep, cfg.seed, backend.hardware.id, backend.min_run_time],
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    path = out / cfg.cache_dir / f"kernels-{key}.parquet"
+    if cfg.cache and path.exists():
+        rows = pd.read_parquet(path)
+    else:
+        rows = collect(backend, workloads, desc="kernel sweep", progress=False)
+        if cfg.cache:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet_durably(rows, path)
+    rows = rows[rows["status"] == "ok"].reset_index(drop=True)
+    model = instantiate(cfg.kernel_model)
+    model.fit(TabularFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float))
+    directory = out / "kernel_models" / f"{type(model).__name__}-{key}"
+    model.save(directory)
+    report.console.print(f"kernel model of record: {type(model).__name__} fitted on {len(rows)} swept kernels "
+                         f"({len(ops)} ops) -> {directory}")
+    return str(directory)
+
+
 def run(cfg: DictConfig) -> tuple[experiment.Experiment, float]:
     out, registry, target = experiment.output_dir(cfg), experiment.hardware_registry(cfg), \
         experiment.Target.from_config(cfg.target)
@@ -59,10 +106,14 @@ def run(cfg: DictConfig) -> tuple[experiment.Experiment, float]:
     registry.add(spec)
     report.console.print(f"{'cached' if hit else 'measured'} {len(nets)} networks and {len(layers)} distinct layers on "
                          f"{spec.id} ({time.perf_counter() - t0:.1f} s incl. MLIR export)")
+    if needs_kernel_model(cfg):
+        path = kernel_model(cfg, backend, registry, out)
+        with open_dict(cfg):
+            cfg.kernel_model_path = path
     described = nets.drop(columns=["mlir"])
     described = described.astype({c: str for c in described.columns if described[c].dtype == object})
     params = {"grid": cfg.grid, "hardware": spec.id, "n_networks": len(nets), "n_layers": len(layers),
-              "measurements_cached": hit, "graph": OmegaConf.to_container(cfg.graph)}
+              "measurements_cached": hit, "graph": OmegaConf.to_container(cfg.graph), "execution": cfg.execution}
     exp = experiment.run_experiment(cfg, nets, registry, target, folds=folds(cfg, nets), context={"layers": layers},
                                     dataset={"rows": described, "source": "pipelines.networks",
                                              "digest": experiment.dataset_digest(nets)},

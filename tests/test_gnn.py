@@ -235,6 +235,88 @@ def test_networks_entry_point_tiny(tmp_path):
         assert name in out.stdout
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["costmodel-networks"])
-    assert sorted(runs["tags.model"]) == sorted(["gnn", "token_transformer", "xgb_layer_sum", "roofline_sum",
-                                                 "roofline_fit", "measured_layer_sum"])  # one run per model
-    assert np.isfinite(runs.loc[runs["tags.model"] == "gnn", "metrics.deeper/all/mape"].iloc[0])
+    assert sorted(runs["tags.model"]) == sorted(["gnn_residual", "token_transformer_residual", "composed", "gnn",
+                                                 "token_transformer", "xgb_layer_sum", "roofline_sum", "roofline_fit",
+                                                 "measured_layer_sum"])  # one run per model
+    for model in ("gnn", "gnn_residual", "composed"):
+        assert np.isfinite(runs.loc[runs["tags.model"] == model, "metrics.deeper/all/mape"].iloc[0])
+    assert "kernel model of record" in out.stdout
+
+
+# --------------------------------------------------------------------------- residual models over the composition
+@pytest.fixture(scope="module")
+def composed_nets(tmp_path_factory, registry):
+    """Four small networks of data/networks.py exported to MLIR, on T4, their kernels and a kernel model (XGBoost,
+    real) fitted on a kernel table whose runtimes are a floor + roofline (no measurement needed to test algebra)."""
+    import pandas as pd
+
+    from data.workloads import count_cost
+    from features.composed import ComposedGraphEncoder, ComposedTokenEncoder
+    from features.mlir.export import export_workload
+    from features.tabular import TabularFeaturizer
+    from models.tree import XGBoostModel
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for op in ("matmul", "add", "gelu", "sum", "max", "copy", "conv2d", "bmm", "softmax"):
+        for _ in range(12):
+            if op == "matmul":
+                p = {k: int(rng.integers(1, 512)) for k in ("m", "n", "k")}
+            elif op == "bmm":
+                p = {"batch": int(rng.integers(1, 8)), **{k: int(rng.integers(1, 64)) for k in ("m", "n", "k")}}
+            elif op == "conv2d":
+                p = dict(batch=2, c_in=int(rng.integers(1, 16)), c_out=8, h=16, w=16, kernel=3, stride=1, padding=1)
+            else:
+                p = {"m": int(rng.integers(1, 512)), "n": int(rng.integers(1, 512))}
+            f, b = count_cost(op, p, "float32")
+            rows.append({"op": op, "dtype": "float32", "hardware": "T4", **p, "runtime_ms": 0.005 + f / 8e9 + b / 3e8})
+    rows = pd.DataFrame(rows)
+    path = tmp_path_factory.mktemp("kernel") / "km"
+    XGBoostModel(n_estimators=30, n_jobs=1).fit(TabularFeaturizer(registry).transform(rows),
+                                                rows["runtime_ms"].to_numpy()).save(path)
+    nets = [("mlp", dict(batch=4, width=16, depth=1)), ("mlp", dict(batch=4, width=32, depth=2)),
+            ("cnn", dict(batch=2, width=8, depth=1, h=16)),
+            ("transformer", dict(batch=1, seq_len=8, width=32, heads=2, depth=1))]
+    df = pd.DataFrame({"mlir": [export_workload(o, p) for o, p in nets], "hardware": "T4"})
+    return {"km": str(path), "graphs": ComposedGraphEncoder(registry, op_names=False).transform(df),
+            "tokens": ComposedTokenEncoder(registry).transform(df), "y": np.array([0.05, 0.1, 0.08, 0.3])}
+
+
+def test_residual_gnn_falls_back_to_the_composition(composed_nets, tmp_path):
+    from models.gnn import ComposedNetworkModel, ResidualGNNModel
+
+    X, y, km = composed_nets["graphs"], composed_nets["y"], composed_nets["km"]
+    assert [len(g.kernels) for g in X] == [3, 6, 6, 53] and all(g.hw_kind == "gpu" for g in X)
+    base = ComposedNetworkModel(km).fit(X[:3], y[:3])
+    untrained = ResidualGNNModel(km, epochs=0).fit(X[:3], y[:3])  # an untrained model IS the composition
+    np.testing.assert_allclose(untrained.predict(X), base.predict(X), rtol=1e-5)
+    model = ResidualGNNModel(km, epochs=8, hidden=16, heads=2, bound=0.5).fit(X[:3], y[:3])
+    composed = model.composed(X)
+    np.testing.assert_allclose(composed, base.predict(X), rtol=1e-9)
+    ratio = model.predict(X) / composed
+    assert np.all(np.abs(np.log(ratio)) < 0.5) and not np.allclose(ratio, 1.0)  # learned, and bounded
+    loaded = load_model(model.save(tmp_path / "res"))
+    np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-6)
+    model.net.zero()  # the learned part at zero: exactly the composition
+    np.testing.assert_allclose(model.predict(X), composed, rtol=1e-5)
+    # op kinds no training graph had get no correction of their own (the transformer's reductions here)
+    seen = {int(k) for g in X[:3] for k in g.kind}
+    assert set(np.flatnonzero(model.net.seen.numpy())) == seen
+    with pytest.raises(ValueError, match="needs kernel_model"):
+        ResidualGNNModel(None, epochs=0).fit(X[:3], y[:3])
+    with pytest.raises(ValueError, match="carries no kernels"):
+        ComposedNetworkModel(km).fit([GraphEncoder().encode(c) for c in CHAINS[:2]], Y[:2])
+
+
+def test_residual_token_transformer_falls_back_to_the_composition(composed_nets, tmp_path):
+    from models.gnn import ComposedNetworkModel
+
+    X, y, km = composed_nets["tokens"], composed_nets["y"], composed_nets["km"]
+    base = ComposedNetworkModel(km).fit(X[:3], y[:3]).predict(X)
+    model = TransformerModel(residual=True, kernel_model=km, d_model=16, heads=2, layers=1, epochs=0).fit(X[:3], y[:3])
+    np.testing.assert_allclose(model.predict(X), base, rtol=1e-6)  # its output layer starts at zero
+    model = TransformerModel(residual=True, kernel_model=km, d_model=16, heads=2, layers=1, epochs=10,
+                             bound=0.3).fit(X[:3], y[:3])
+    assert np.all(np.abs(np.log(model.predict(X) / base)) < 0.3)
+    loaded = load_model(model.save(tmp_path / "tf"))
+    np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-6)

@@ -212,7 +212,7 @@ def test_cli_predicts_an_mlir_file_kernel_by_kernel(tiny_run, exported, tmp_path
     out = pd.read_csv(pd.io.common.StringIO(proc.stdout))
     assert list(out["mlir_op"]) == ["linalg.matmul", "linalg.generic", "total"]
     assert list(out["op"][:2]) == ["matmul", "add"] and (out["runtime_ms"] > 0).all()
-    assert out["runtime_ms"].iloc[2] == pytest.approx(out["runtime_ms"].iloc[:2].sum())
+    assert out["sum_runtime_ms"].iloc[2] == pytest.approx(out["runtime_ms"].iloc[:2].sum())
     # the tiny main job stored one MLIR text per distinct workload and its hash in every row
     rows = pd.read_parquet(next((tiny_run["out"] / "datasets").glob("*.parquet")))
     assert rows["mlir_sha256"].notna().all()

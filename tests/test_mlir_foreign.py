@@ -227,7 +227,7 @@ def test_cli_costs_foreign_mlir_and_names_problems(tiny_run, tmp_path, capsys):
     assert code == 0, err
     out = pd.read_csv(pd.io.common.StringIO(out))
     assert list(out["mlir_op"]) == ["linalg.matmul", "linalg.generic", "total"] and (out["runtime_ms"] > 0).all()
-    assert out["runtime_ms"].iloc[-1] == pytest.approx(out["runtime_ms"].iloc[:-1].sum())
+    assert out["sum_runtime_ms"].iloc[-1] == pytest.approx(out["runtime_ms"].iloc[:-1].sum())
     code, out, err = cli(*base, "--input", str(DATA / "mlp_linalg_dynamic.mlir"), "--dim", "%lhs=1024x512",
                          capsys=capsys)
     assert code == 2 and err == [

@@ -208,3 +208,33 @@ def test_rest_serving_and_http_400(registered, api, mlp_mlir, tmp_path):
             assert status == 400 and body["error_code"] == "INVALID_PARAMETER_VALUE" and msg in body["message"], body
         status, body = post_json(url, json.dumps({"dataframe_records": rows}).encode())
         assert status == 200  # still serving
+
+
+@pytest.mark.slow
+def test_residual_gnn_registered_and_served(registered, mlp_mlir, tmp_path):
+    """The residual GNN over the composition (its kernel model fitted on a kernel sweep measured on this CPU) goes
+    through the same library path, registry and pyfunc as the other network models."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from data.backends.cpu import CpuBackend
+    from data.hardware import CONF_DIR, HardwareRegistry
+    from models.api import load_cost_model
+    from pipelines import experiment
+    from pipelines.networks import kernel_model
+
+    backend = CpuBackend(num_threads=1, min_run_time=0.01, warmup=1, measure_memory=False, energy=False)
+    reg = HardwareRegistry.from_dir(CONF_DIR)
+    reg.add(backend.hardware)
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("networks", overrides=["debug=tiny_networks", "model=[gnn_residual]",
+                                             "register.models=[gnn_residual]", f"paths.output_dir={tmp_path}"])
+    with open_dict(cfg):
+        cfg.kernel_model_path = kernel_model(cfg, backend, reg, tmp_path)
+    exp = experiment.run_experiment(cfg, registered["nets"], reg, experiment.Target.from_config(cfg.target), folds={})
+    assert exp.decision is not None
+    api = load_cost_model(MODEL, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert api.meta["model"] == "gnn_residual"
+    preds = api.predict([{"mlir": mlp_mlir, "hardware": registered["cpu"]}])
+    assert list(preds.columns) == COLS and (preds["runtime_ms"] > 0).all()
+    assert (preds["runtime_ms_lo"] < preds["runtime_ms"]).all() and (preds["runtime_ms"] < preds["runtime_ms_hi"]).all()
