@@ -147,7 +147,8 @@ class PhysicsModel(CostModel):
                  max_depth: int = 6, subsample: float = 0.8, colsample_bytree: float = 0.8,
                  min_child_weight: float = 5.0, monotone: bool = True, hidden: int = 64, epochs: int = 30,
                  batch_size: int = 2048, mlp_learning_rate: float = 3e-3, level: float = 0.9,
-                 interval_folds: bool = True, interval_max_rows: int = 40000, random_state: int = 0, n_jobs: int = 1):
+                 interval_folds: bool = True, interval_max_rows: int = 40000, interval_hardware_folds: int = 8,
+                 random_state: int = 0, n_jobs: int = 1):
         self.learner = learner
         self.e_max = e_max
         self.n_estimators = n_estimators
@@ -164,6 +165,7 @@ class PhysicsModel(CostModel):
         self.level = level
         self.interval_folds = interval_folds
         self.interval_max_rows = interval_max_rows
+        self.interval_hardware_folds = interval_hardware_folds
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -289,9 +291,10 @@ class PhysicsModel(CostModel):
     def _calibrate_intervals(self, X: pd.DataFrame, y: np.ndarray) -> dict | None:
         """Out-of-fold scores and domain distances from sub-models (module ``models.domain``), then the widening.
 
-        Folds: 20% of the shapes held out; each hardware held out (if there are several); each math mode held out
-        (if there are several); the 10% largest shapes (FLOPs + bytes) held out. Sub-models see at most
-        ``interval_max_rows`` rows."""
+        Folds: 20% of the shapes held out; each hardware held out (if there are several; with more hardware than
+        ``interval_hardware_folds``, several at a time, a harder test); each math mode held out (if there are
+        several); the 10% largest shapes (FLOPs + bytes) held out. Sub-models see at most ``interval_max_rows``
+        rows."""
         rng = np.random.default_rng(self.random_state)
         shapes, hw = shape_keys(X), hardware_keys(X)
         folds = []
@@ -299,8 +302,10 @@ class PhysicsModel(CostModel):
         if len(distinct) >= 5:
             held = rng.choice(distinct, max(1, len(distinct) // 5), replace=False)
             folds.append(np.isin(shapes, held))
-        if len(np.unique(hw)) >= 2:
-            folds += [hw == h for h in np.unique(hw)]
+        distinct_hw = np.unique(hw)
+        if len(distinct_hw) >= 2:  # each hardware held out once, in at most interval_hardware_folds groups
+            groups = np.array_split(rng.permutation(distinct_hw), min(len(distinct_hw), self.interval_hardware_folds))
+            folds += [np.isin(hw, g) for g in groups]
         modes = X[[f"mode_{m}" for m in MODES]].to_numpy().argmax(axis=1)
         if len(np.unique(modes)) >= 2:  # a math mode never seen (e.g. tensor cores after fp32-only rows)
             folds += [modes == m for m in np.unique(modes)]
