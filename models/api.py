@@ -12,7 +12,9 @@ Whole-network models load the same way; their rows are networks (``mlir`` module
 
 A thin layer over ``mlflow.pyfunc.load_model`` (which gives the same numbers): it accepts records as
 well as a DataFrame and exposes the interval level. Bad workloads raise ``ValueError`` with the
-model's one-line message.
+model's one-line message. A model with a domain of validity (``has_domain``, e.g. the physics model) adds
+``in_domain`` (bool), ``domain_distance`` (0 inside) and ``domain_reason`` per row: outside, the interval is
+widened with the distance (``models.domain``).
 """
 from __future__ import annotations
 
@@ -38,6 +40,11 @@ class CostModelClient:
     def columns(self) -> list[str]:
         """The predicted columns (each with ``_lo`` / ``_hi``), e.g. runtime_ms, power_w, energy_j."""
         return list(self.meta.get("target", {}).get("columns", [self.target]))
+
+    @property
+    def has_domain(self) -> bool:
+        """Whether predictions carry ``in_domain`` / ``domain_distance`` / ``domain_reason``."""
+        return bool(self.meta.get("domain"))
 
     @property
     def interval_level(self) -> float | None:

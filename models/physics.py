@@ -362,8 +362,12 @@ class PhysicsModel(CostModel):
         logy = np.log(y_new)
         rounds, oof = self._choose_rounds(X_new, base_floor, base_kernel, logy)
         corr = _fit_correction(X_new, base_floor, base_kernel, logy, rounds, self.random_state)
+        base_log = np.log(base_floor + base_kernel)
         corr.update(key=str(keys[0]), hardware=hardware or str(keys[0]), rows=len(X_new),
-                    q=conformal(np.abs(oof - logy), self.level))
+                    q=conformal(np.abs(oof - logy), self.level),
+                    # honest numbers on the new rows: the model before, and the correction out of fold
+                    mape_before=float(np.mean(np.abs(np.exp(base_log - logy) - 1)) * 100),
+                    mape_out_of_fold=float(np.mean(np.abs(np.exp(oof - logy) - 1)) * 100))
         new = copy.deepcopy(self)
         new.corrections_ = [c for c in self.corrections_ if c["key"] != corr["key"]] + [corr]
         new.domain_ = copy.deepcopy(self.domain_).add_hardware(X_new)
