@@ -265,7 +265,9 @@ def measure_sweep(workloads: pd.DataFrame, hardware: str, registry, backend_opti
     from data.collect import backend_config, collect, make_backends
     from data.workloads import OPS
 
-    backend = make_backends("cuda", backend_config("cuda"), backend_options or {}, registry)[0]
+    from omegaconf import OmegaConf
+
+    backend = make_backends("cuda", backend_config("cuda"), OmegaConf.create(backend_options or {}), registry)[0]
     try:
         found = backend.hardware.id
     except Exception as exc:  # NoCudaDevice, an unknown GPU name: one line

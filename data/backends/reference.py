@@ -5,7 +5,7 @@ it has: this machine's CPU, measured now, plus the pack in ``reference/`` (``dat
 NeuSight on 5 GPUs, the H200 set, DeepBench on 10 GPUs). A fresh clone needs nothing else and no network.
 
 Which rows (``conf/collect/backend/reference.yaml``): ``sources`` (name prefixes, null = all), ``hardware_ids``
-(null = all), and ``cap``: at most that many rows per (source, hardware, op, dtype) for the sources it names (a
+(null = all), ``exclude_hardware`` (e.g. a GPU kept aside to calibrate on later), and ``cap``: at most that many rows per (source, hardware, op, dtype) for the sources it names (a
 seeded sample, ``seed``), every row of the others. NeuSight's 151k rows are 98% of the pack; a cap of a few
 hundred per GPU and op keeps every op and GPU and makes the job minutes instead of an hour (the README's NeuSight
 evaluation: 5x the rows do not move leave-one-GPU-out).
@@ -32,11 +32,12 @@ class ReferenceBackend:
     """Replays the measured rows of the reference pack (module docstring)."""
 
     def __init__(self, name: str = "reference", path: str | None = None, sources=None, hardware_ids=None,
-                 cap: dict | None = None, seed: int = 0, verify: bool = True):
+                 exclude_hardware=None, cap: dict | None = None, seed: int = 0, verify: bool = True):
         self.name = name
         self.path = Path(path) if path else REFERENCE_DIR / PACK_NAME
         self.sources = list(sources) if sources else None
         self.hardware_ids = list(hardware_ids) if hardware_ids else None
+        self.exclude_hardware = list(exclude_hardware) if exclude_hardware else None
         self.cap = dict(cap or {})
         self.seed = int(seed)
         self.verify = verify
@@ -57,7 +58,7 @@ class ReferenceBackend:
         """The selected rows as measurement rows of this backend (``backend`` = its name; ``source`` kept)."""
         from data.schema import register_backend
 
-        rows = select(self.pack(), self.sources, self.hardware_ids, self.cap, self.seed)
+        rows = select(self.pack(), self.sources, self.hardware_ids, self.cap, self.seed, self.exclude_hardware)
         if rows.empty:
             raise ValueError(f"reference backend: no pack rows match sources={self.sources} "
                              f"hardware_ids={self.hardware_ids}")
@@ -84,8 +85,9 @@ class ReferenceBackend:
                 "bytes": float(first["bytes"]), "timing_method": first["timing_method"]}
 
 
-def select(pack: pd.DataFrame, sources=None, hardware_ids=None, cap: dict | None = None, seed: int = 0) -> pd.DataFrame:
-    """Rows of ``sources`` (prefixes) and ``hardware_ids``; at most ``cap[prefix]`` rows per (source, hardware, op,
+def select(pack: pd.DataFrame, sources=None, hardware_ids=None, cap: dict | None = None, seed: int = 0,
+           exclude_hardware=None) -> pd.DataFrame:
+    """Rows of ``sources`` (prefixes) and ``hardware_ids``, none of ``exclude_hardware``; at most ``cap[prefix]`` rows per (source, hardware, op,
     dtype) of a source starting with that prefix (seeded sample), every row of the others; pack order kept."""
     keep = np.ones(len(pack), bool)
     source = pack["source"].astype(str)
@@ -93,6 +95,8 @@ def select(pack: pd.DataFrame, sources=None, hardware_ids=None, cap: dict | None
         keep &= source.str.startswith(tuple(sources)).to_numpy()
     if hardware_ids:
         keep &= pack["hardware"].isin(list(hardware_ids)).to_numpy()
+    if exclude_hardware:
+        keep &= ~pack["hardware"].isin(list(exclude_hardware)).to_numpy()
     rng = np.random.default_rng(seed)
     for prefix, n in (cap or {}).items():
         if n is None:
