@@ -29,7 +29,9 @@ packages, e.g. the CLI or the main job, the imported copies are used.)
 Output: per column the point prediction and its interval ``<column>_lo`` / ``<column>_hi`` (interval ends combine
 like the point: summed ends are conservative, they assume the kernels' errors move together). A model with a domain
 of validity (``predict_domain``, e.g. ``models.physics``; meta ``domain``) serves its own interval, widened with the
-distance outside its training data, and adds ``in_domain`` (bool), ``domain_distance`` (0 inside) and
+distance outside its training data, takes an optional ``harness`` column (the timing harness a runtime is asked
+for: ``back_to_back``, the default, or ``per_call``; ``features.physics.HARNESSES``) and adds ``in_domain``
+(bool), ``domain_distance`` (0 inside) and
 ``domain_reason`` (the largest contributor, e.g. ``hw_log2_peak_flops +1.78``; ``models.domain``); an MLIR row is
 inside only if every kernel is.
 
@@ -83,6 +85,8 @@ def signature(meta: dict) -> ModelSignature:
         inputs = [ColSpec("string", "op", required=False), ColSpec("string", "hardware"),
                   ColSpec("string", "dtype", required=False), ColSpec("string", "mlir", required=False),
                   *[ColSpec(AnyType(), p, required=False) for p in SHAPE_PARAMS]]
+        if meta.get("domain"):  # the physics model: the timing harness a runtime is asked for (features.physics)
+            inputs.append(ColSpec("string", "harness", required=False))
         if meta["target"].get("network_totals"):
             inputs.append(ColSpec("string", "network", required=False))
     outputs = Schema([ColSpec("double", c) for c in output_columns(meta["target"])]
