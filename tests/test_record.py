@@ -246,3 +246,55 @@ def test_calibrate_measures_the_sweep_the_model_chooses_on_a_fake_gpu(held_out_s
     assert result.hardware == "H100-SXM" and result.rows == len(rows) and not result.promoted
     tags = MlflowClient().get_model_version("costmodel-runtime", result.version).tags
     assert tags["calibration_source"] == "measure" and tags["calibrated_hardware"] == "H100-SXM"
+
+
+# --------------------------------------------------------------------------- the timing harness as an input
+def test_the_launch_floor_follows_the_timing_harness(pack, registry):
+    """NeuSight (one call per CUDA-event pair) and DeepBench (back-to-back calls) get their own launch floors; a
+    prediction defaults to back to back and a ``harness`` column asks for the other one; pooled without the switch."""
+    from features.physics import PhysicsFeaturizer, harness_of
+    from models.physics import PhysicsModel
+
+    rows = select(pack, sources=["neusight", "deepbench"], cap={"neusight": 20}, seed=0)
+    X, y = PhysicsFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float)
+    assert set(X.loc[rows["source"].str.startswith("neusight").to_numpy(), "harness_per_call"]) == {1.0}
+    assert set(X.loc[rows["source"].str.startswith("deepbench").to_numpy(), "harness_per_call"]) == {0.0}
+    model = PhysicsModel(n_estimators=30, interval_folds=False).fit(X, y)
+    for family in ("gemm", "conv"):  # the per-call floor is the larger one, by several microseconds
+        assert model.floors_["per_call"][family] > model.floors_["back_to_back"][family] + 0.005
+    pooled = PhysicsModel(n_estimators=30, interval_folds=False, harness_floors=False).fit(X, y)
+    assert pooled.floors_["per_call"] == pooled.floors_["back_to_back"]
+
+    small = pd.DataFrame({"op": ["matmul"] * 2, "m": [64] * 2, "n": [64] * 2, "k": [64] * 2, "dtype": ["float32"] * 2,
+                          "hardware": ["H100-SXM"] * 2, "harness": ["", "per_call"]})
+    Xs = PhysicsFeaturizer(registry).transform(small)
+    assert list(Xs["harness_per_call"]) == [0.0, 1.0]  # the default is back to back
+    fast, slow = model.predict(Xs)
+    assert slow > fast + 0.005  # a tiny GEMM is floor-dominated: the per-call floor shows
+    with pytest.raises(Exception, match="harness must be one of"):
+        harness_of(small.assign(harness=["", "sometimes"]))
+
+
+# --------------------------------------------------------------------------- extrapolation checks (a)-(f)
+@pytest.mark.slow
+def test_an_extrapolation_check_runs_from_its_preset_and_logs_to_mlflow(tmp_path):
+    """``python -m pipelines.evaluate experiment=extrapolation_e`` (tiny): the physics model and the baselines on the
+    same rows, metrics under ``<split>/<scope>/<metric>`` in a real sqlite store, the table written, the goal judged."""
+    from tests.conftest import run_entry
+
+    proc = run_entry("pipelines.evaluate", "experiment=extrapolation_e", "tiny=true", out=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "NOT met" in proc.stdout or ": met" in proc.stdout
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("costmodel-extrapolation").experiment_id])
+    by_model = {r.data.tags["model"]: r.data.metrics for r in runs}
+    assert set(by_model) == {"physics", "xgb", "rf", "xgb_residual", "roofline"}
+    for metrics in by_model.values():
+        assert metrics["e_dtypes/all/mape"] > 0 and "e_dtypes/hardware:H200-SXM/mape" in metrics
+        assert metrics["e_dtypes/all/goal_met"] in (0.0, 1.0)
+    assert 0 <= by_model["physics"]["e_dtypes/all/in_domain"] <= 1  # the physics model says where it is outside
+    n = {m: v["e_dtypes/all/n"] for m, v in by_model.items()}
+    assert len(set(n.values())) == 1  # every model scored on the same rows
+    table = (tmp_path / "public_eval" / "extrapolation_e.md").read_text()
+    assert table.startswith("| model | all MAPE / MedAPE |") and "| physics |" in table
