@@ -36,7 +36,7 @@ one metric-key scheme ``<split>/<scope>/<metric>`` (a multi-target record names 
   ``features.tabular`` (``spec_features``), all on the same rows and folds. One record per (check, model, k);
   scopes ``hardware:<id>``, ``family:<f>``, ``dtype:<d>``, ``runtime:ge0.1ms``; the physics model adds
   ``in_domain`` and ``covered`` (90% interval). The check's table is written to
-  ``<out_dir>/public_eval/extrapolation_<check>.md`` and the goal's verdict printed.
+  ``<out_dir>/public_eval/<ds.table or extrapolation_<check>>.md`` and the goal's verdict printed.
 """
 from __future__ import annotations
 
@@ -328,7 +328,7 @@ def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir)
         name = r["model"] + (f"_k{r['k']}" if r["k"] is not None else "")
         records.append(record(f"{check}_{NAMES[check]}", name, metrics, sub, y[r["index"]], r["pred"],
                               r["seconds"]))
-    table = Path(out_dir).resolve() / "public_eval" / f"extrapolation_{check}.md"
+    table = Path(out_dir).resolve() / "public_eval" / f"{ds.get('table') or f'extrapolation_{check}'}.md"
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(markdown(results) + "\n")
     print(markdown(results))
