@@ -67,7 +67,8 @@ def make_backends(name: str, base, options, registry) -> list:
 def collect_from_config(cfg, registry, progress: bool = True, load: Callable | None = None):
     """The collection stage of the main job: one seeded shape sweep (``cfg.sweep``), measured by every backend
     named in ``cfg.backends`` with its settings from ``cfg.backend.<name>`` (``dtypes``: the sweep's dtypes on it,
-    default float32; ``hardware``: one backend per listed registry id). ``load(name)`` returns a backend's config
+    default float32; ``hardware``: one backend per listed registry id); a backend with a ``rows()`` method replays
+    rows measured elsewhere (``data.backends.reference``) instead. ``load(name)`` returns a backend's config
     (default: ``conf/collect/backend/<name>.yaml``; the main job passes a loader that follows Hydra's search path).
 
     Returns ``(rows, specs)``: the validated rows and the hardware spec of each backend (the caller adds the ones the
@@ -87,6 +88,9 @@ def collect_from_config(cfg, registry, progress: bool = True, load: Callable | N
         dtypes = list((options or {}).get("dtypes") or ["float32"])
         workloads = random_sweep(ops, dtypes, cfg.seed, sweep.max_flops, sweep.max_bytes)
         for backend in make_backends(name, load(name), options, registry):
+            if callable(getattr(backend, "rows", None)):  # replays measured rows (reference): no sweep to measure
+                frames.append(backend.rows())
+                continue
             specs.append(backend.hardware)
             frames.append(collect(backend, workloads, desc=f"{backend.name} {backend.hardware.id}", progress=progress))
     return pd.concat(frames, ignore_index=True), specs

@@ -66,6 +66,34 @@ HARDWARE = ("hw_log2_peak_flops", "hw_log2_peak_fp32", "hw_log2_bandwidth", "hw_
 HARDWARE_IDENTITY = HARDWARE[1:]  # the same for every row of one GPU (the math mode's peak varies with the dtype)
 SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
 TIMES = ("compute_ms", "memory_ms", "physics_ms")
+# The timing harness a runtime was measured with: a property of the harness, not of the GPU, that decides the launch
+# floor under a short kernel. ``back_to_back``: windows of back-to-back calls (the cuda backend, the H200 set,
+# DeepBench's host loop, the CPU backend's blocked_autorange): launch throughput, 5-20 us on a GPU. ``per_call``:
+# each call timed alone between two CUDA events (NeuSight): launch latency + dispatch, 30-70 us. A frame's
+# ``harness_per_call`` column: from a ``harness`` column where given, else from ``source`` (:data:`SOURCE_HARNESS`),
+# else the default, ``back_to_back`` (what a model is asked for: a kernel in a stream of kernels).
+HARNESSES = ("back_to_back", "per_call")
+DEFAULT_HARNESS = "back_to_back"
+SOURCE_HARNESS = {"neusight": "per_call"}  # source name prefix -> harness; other sources: back_to_back
+
+
+def harness_of(df: pd.DataFrame) -> np.ndarray:
+    """1.0 per row timed ``per_call``, 0.0 ``back_to_back`` (see :data:`HARNESSES`); a bad ``harness`` value is a
+    ``FeatureError`` naming the row."""
+    out = np.zeros(len(df))
+    if "source" in df.columns:
+        source = df["source"].astype(str).to_numpy()
+        for prefix, harness in SOURCE_HARNESS.items():
+            out[np.char.startswith(source.astype(str), prefix)] = float(harness == "per_call")
+    if "harness" in df.columns:
+        given = df["harness"]
+        named = given.notna().to_numpy() & (given.astype(str).str.strip() != "").to_numpy()
+        values = given.astype(str).str.strip().to_numpy()
+        bad = np.flatnonzero(named & ~np.isin(values, HARNESSES))
+        if len(bad):
+            raise FeatureError(f"row {bad[0]}: harness must be one of {', '.join(HARNESSES)}, got {values[bad[0]]!r}")
+        out[named] = (values[named] == "per_call").astype(float)
+    return out
 
 
 def has_matrix_units(spec: HardwareSpec) -> bool:
@@ -238,6 +266,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["flops"], X["bytes"] = flops, nbytes
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
+    X["harness_per_call"] = harness_of(df)
     return pd.DataFrame(X)
 
 

@@ -14,6 +14,9 @@ A thin layer over ``mlflow.pyfunc.load_model`` (which gives the same numbers): i
 well as a DataFrame and exposes the interval level. Bad workloads raise ``ValueError`` with the
 model's one-line message. Reading never creates a store: a ``tracking_uri`` naming a sqlite file that does not
 exist is a ``ValueError`` (:func:`existing_store`), where MLflow would create an empty database there.
+model's one-line message. A model with a domain of validity (``has_domain``, e.g. the physics model) adds
+``in_domain`` (bool), ``domain_distance`` (0 inside) and ``domain_reason`` per row: outside, the interval is
+widened with the distance (``models.domain``).
 """
 from __future__ import annotations
 
@@ -65,6 +68,11 @@ class CostModelClient:
     def columns(self) -> list[str]:
         """The predicted columns (each with ``_lo`` / ``_hi``), e.g. runtime_ms, power_w, energy_j."""
         return list(self.meta.get("target", {}).get("columns", [self.target]))
+
+    @property
+    def has_domain(self) -> bool:
+        """Whether predictions carry ``in_domain`` / ``domain_distance`` / ``domain_reason``."""
+        return bool(self.meta.get("domain"))
 
     @property
     def interval_level(self) -> float | None:

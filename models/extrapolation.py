@@ -103,25 +103,30 @@ def dtype_folds(rows, train_source: str = "neusight", hardware: str = "H200-SXM"
     return [Fold(hardware, _need(train, "training"), _need(hw & ~fp32, f"{hardware} non-{train_dtype}"))]
 
 
-def few_shot_folds(rows) -> list[Fold]:
-    """(f) Each hardware held out once, trained on all other rows (every source)."""
+def few_shot_folds(rows, min_rows: int = 0) -> list[Fold]:
+    """(f) Each hardware (with at least ``min_rows`` rows) held out once, trained on all other rows (every
+    source)."""
     hw = rows["hardware"].to_numpy()
-    return [Fold(g, np.flatnonzero(hw != g), np.flatnonzero(hw == g)) for g in sorted(set(hw))]
+    return [Fold(g, np.flatnonzero(hw != g), np.flatnonzero(hw == g)) for g in sorted(set(hw))
+            if (hw == g).sum() >= min_rows]
 
 
-def folds_for(check: str, rows: pd.DataFrame, registry) -> list[Fold]:
+def folds_for(check: str, rows: pd.DataFrame, registry, **kwargs) -> list[Fold]:
+    """The folds of ``check``; ``kwargs`` go to its fold function (e.g. ``train_source=("neusight", "deepbench")``
+    for (e): a source prefix or a tuple of them)."""
+    kwargs = {k: v if isinstance(v, (str, int, float)) else tuple(v) for k, v in kwargs.items()}  # a list: a tuple
     if check == "a":
-        return faster_gpu_folds(rows)
+        return faster_gpu_folds(rows, **kwargs)
     if check == "b":
-        return leave_one_gpu_out_folds(rows)
+        return leave_one_gpu_out_folds(rows, **kwargs)
     if check == "c":
-        return leave_fastest_out_folds(rows, registry)
+        return leave_fastest_out_folds(rows, registry, **kwargs)
     if check == "d":
-        return large_shapes_folds(rows)
+        return large_shapes_folds(rows, **kwargs)
     if check == "e":
-        return dtype_folds(rows)
+        return dtype_folds(rows, **kwargs)
     if check == "f":
-        return few_shot_folds(rows)
+        return few_shot_folds(rows, **kwargs)
     raise ValueError(f"unknown extrapolation check {check!r} ({', '.join(CHECKS)})")
 
 
@@ -160,13 +165,14 @@ def _with_domain(model, X, y) -> tuple[np.ndarray, pd.DataFrame | None]:
 
 
 def run_check(check: str, rows: pd.DataFrame, frames: dict[str, pd.DataFrame], candidates: list[Candidate],
-              registry, ks=FEW_SHOT_K, draws: int = 3, seed: int = 0) -> list[dict]:
+              registry, ks=FEW_SHOT_K, draws: int = 3, seed: int = 0, fold_kwargs: dict | None = None,
+              keep_predictions: bool = False) -> list[dict]:
     """Run one check for every candidate on the same folds; one result dict per (candidate, k) with
     ``check``, ``model``, ``k`` (None outside check f), ``metrics`` (:func:`scoped_metrics` over the pooled test
-    rows of all folds) and ``seconds``."""
+    rows of all folds) and ``seconds``; ``keep_predictions`` adds ``index`` (the scored rows) and ``pred``."""
     rows = rows.reset_index(drop=True)
     y = rows["runtime_ms"].to_numpy(float)
-    folds = folds_for(check, rows, registry)
+    folds = folds_for(check, rows, registry, **(fold_kwargs or {}))
     results = []
     for cand in candidates:
         X = frames[cand.features]
@@ -182,6 +188,8 @@ def run_check(check: str, rows: pd.DataFrame, frames: dict[str, pd.DataFrame], c
             metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
             results.append({"check": check, "name": NAMES[check], "model": cand.name, "k": None, "metrics": metrics,
                             "seconds": time.perf_counter() - t0})
+            if keep_predictions:
+                results[-1].update(index=idx, pred=np.concatenate(pred))
             continue
         per_k = {k: ([], [], [], []) for k in ks}
         rng = np.random.default_rng(seed)
@@ -205,6 +213,8 @@ def run_check(check: str, rows: pd.DataFrame, frames: dict[str, pd.DataFrame], c
             metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
             results.append({"check": check, "name": NAMES[check], "model": cand.name, "k": k, "metrics": metrics,
                             "seconds": time.perf_counter() - t0})
+            if keep_predictions:
+                results[-1].update(index=idx, pred=np.concatenate(pred))
     return results
 
 
@@ -223,3 +233,40 @@ def worst(result: dict, prefix: str = "hardware:") -> tuple[str, float]:
         return "all", result["metrics"]["all"]["mape"]
     s = max(scopes, key=scopes.get)
     return s[len(prefix):], scopes[s]
+
+
+GOALS = {"a": "MAPE <= 10% and no op family above 15%", "b": "worst GPU MAPE <= 10%", "c": "MAPE <= 10%",
+         "d": "worst GPU MAPE <= 10%", "e": "MAPE <= 15%", "f": "MAPE <= 8% on every GPU with k = 100"}
+
+
+def verdict(result: dict) -> tuple[bool, str] | None:
+    """Is ``result``'s check goal (:data:`GOALS`) met, and the number that decides it; None for a check f result
+    with k other than 100 (the goal is stated at k = 100)."""
+    check, all_mape = result["check"], result["metrics"]["all"]["mape"]
+    if check == "f" and result["k"] != 100:
+        return None
+    if check == "a":
+        f, f_mape = worst(result, "family:")
+        return all_mape <= 10 and f_mape <= 15, f"MAPE {all_mape:.1f}, worst family {f} {f_mape:.1f}"
+    if check in ("b", "d", "f"):
+        g, g_mape = worst(result, "hardware:")
+        return g_mape <= (8 if check == "f" else 10), f"worst GPU {g} MAPE {g_mape:.1f}"
+    return all_mape <= (15 if check == "e" else 10), f"MAPE {all_mape:.1f}"
+
+
+def markdown(results: list[dict]) -> str:
+    """One markdown table for a check: a row per model (and k), MAPE / MedAPE overall, MAPE per GPU, op family and
+    dtype, the physics model's in-domain share and interval coverage (the tables of docs/extrapolation.md)."""
+    scopes = []
+    for r in results:
+        scopes += [s for s in r["metrics"] if s != "all" and s not in scopes]
+    head = ["model", "all MAPE / MedAPE", *[s.split(":", 1)[1] for s in scopes], "in domain", "covered"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        m = r["metrics"]
+        name = r["model"] + (f", k = {r['k']}" if r["k"] is not None else "")
+        cells = [name, f"{m['all']['mape']:.1f} / {m['all']['medape']:.1f}"]
+        cells += [f"{m[s]['mape']:.1f}" if s in m else "" for s in scopes]
+        cells += [f"{m['all'][c]:.2f}" if c in m["all"] else "" for c in ("in_domain", "covered")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

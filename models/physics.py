@@ -11,10 +11,13 @@ all training hardware jointly (NeuSight's form, ASPLOS'25, learns a bounded per-
 ``e_max`` > 1 because the physics counts the direct convolution's FLOPs and DRAM bytes: cuDNN's Winograd kernels do
 up to ~4x fewer multiplications and small inputs are served from L2.
 
-``floor`` is the launch / dispatch floor per op family: the intercept of runtime against physics time over each
-training hardware's fastest 30% of kernels, the median over hardware. It belongs to the software stack and the
-timing harness rather than the GPU (NeuSight's per-call timing: 30-50 us for a GEMM, ~200 us for a cuDNN conv;
-the H200 set's back-to-back timing: 7-20 us), so it is re-fitted by :meth:`PhysicsModel.calibrate`.
+``floor`` is the launch / dispatch floor per op family and regime: the intercept of runtime against physics time
+over each training hardware's fastest 30% of kernels, the median over hardware. It belongs to the software stack and
+the timing harness rather than the GPU (NeuSight's per-call timing: 30-50 us for a GEMM, ~150 us for a cuDNN conv;
+back-to-back timing, the H200 set and DeepBench: 3-25 us), so the regime (:data:`FLOOR_REGIMES`) is the harness of
+a GPU row (``features.physics.HARNESSES``: from the row's ``harness`` or ``source``; a prediction's default is
+back to back) or ``cpu`` (a CPU's eager dispatch); ``harness_floors=False`` pools them (one floor per family, what
+the first version did). It is re-scaled by :meth:`PhysicsModel.calibrate`.
 
 Learners (``learner``), both fitted on the loss that matters, (log runtime - log y)^2, through the floor:
 
@@ -42,6 +45,7 @@ from features.physics import (
     FEATURES,
     HARDWARE,
     HARDWARE_IDENTITY,
+    HARNESSES,
     MODES,
     SIZE,
     PhysicsFeaturizer,
@@ -94,15 +98,26 @@ def shape_keys(X: pd.DataFrame) -> np.ndarray:
     return pd.util.hash_pandas_object(X[list(SHAPE_KEY)].round(9), index=False).to_numpy()
 
 
-def estimate_floors(X: pd.DataFrame, y: np.ndarray) -> dict[str, float]:
-    """Launch floor (ms) per op family: module docstring. Families without rows get the median of the others."""
+FLOOR_REGIMES = (*HARNESSES, "cpu")  # a GPU timed back to back / per call; a CPU (its own dispatch floor)
+
+
+def regime_index(X: pd.DataFrame) -> np.ndarray:
+    """Per row its launch-floor regime (:data:`FLOOR_REGIMES`): a CPU row ``cpu``, a GPU row its timing harness
+    (``features.physics.HARNESSES``, column ``harness_per_call``; a frame without it: back to back)."""
+    harness = X["harness_per_call"].to_numpy(float).astype(int) if "harness_per_call" in X.columns \
+        else np.zeros(len(X), int)
+    return np.where(X["hw_is_gpu"].to_numpy(float) > 0, harness, 2)
+
+
+def _family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str, float]:
+    """Launch floor (ms) per op family from ``rows``: the median over hardware of each one's intercept."""
     fam, hw = families_of(X), hardware_keys(X)
     phys = X["physics_ms"].to_numpy(float)
     floors = {}
     for f in FAMILIES:
         intercepts = []
-        for h in np.unique(hw[fam == f]):
-            idx = np.flatnonzero((fam == f) & (hw == h))
+        for h in np.unique(hw[rows & (fam == f)]):
+            idx = np.flatnonzero(rows & (fam == f) & (hw == h))
             if len(idx) < 10:
                 continue
             low = idx[phys[idx] <= np.quantile(phys[idx], FLOOR_QUANTILE)]
@@ -111,10 +126,37 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray) -> dict[str, float]:
             intercepts.append(float(np.clip(a, MIN_FLOOR_MS, y[idx].min())))
         if intercepts:
             floors[f] = float(np.median(intercepts))
-    if not floors:
-        floors = {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
-    default = float(np.median(list(floors.values())))
-    return {f: floors.get(f, default) for f in FAMILIES}
+    return floors
+
+
+def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> dict[str, dict[str, float]]:
+    """Launch floor (ms) per regime (:data:`FLOOR_REGIMES`) and op family (module docstring): ``{regime: {family:
+    ms}}``.
+
+    ``by_harness``: each GPU harness (``features.physics.HARNESSES``) from its own rows; a family one harness lacks
+    gets the other harness's floor times the median ratio of the two over the families both have (a harness's floor
+    scales alike across families), or the other's as is; a family no row has, the median of the others. A CPU's
+    floor comes from CPU rows (else the back-to-back GPU floor). Without ``by_harness`` every regime gets the
+    floors of all rows (one floor per family, whatever measured it)."""
+    regime = regime_index(X)
+    pooled = _family_floors(X, y, np.ones(len(X), bool)) or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
+    if not by_harness:
+        return {r: {f: float(pooled.get(f, np.median(list(pooled.values())))) for f in FAMILIES}
+                for r in FLOOR_REGIMES}
+    own = [_family_floors(X, y, regime == i) for i in range(len(FLOOR_REGIMES))]
+    if not own[0] and not own[1]:  # no GPU row: both GPU harnesses from all rows
+        own[0] = own[1] = dict(pooled)
+    out = {}
+    for i in (0, 1):
+        mine, other = own[i], own[1 - i]
+        shared = [f for f in mine if f in other]
+        ratio = float(np.median([mine[f] / other[f] for f in shared])) if shared and mine else 1.0
+        out[FLOOR_REGIMES[i]] = {**{f: v * ratio for f, v in other.items()}, **mine}
+    out["cpu"] = {**out[FLOOR_REGIMES[0]], **own[2]}
+    for r, floors in out.items():
+        default = float(np.median(list(floors.values())))
+        out[r] = {f: float(floors.get(f, default)) for f in FAMILIES}
+    return out
 
 
 def _objective(phys, floor, logy, e_max):
@@ -147,7 +189,8 @@ class PhysicsModel(CostModel):
                  max_depth: int = 6, subsample: float = 0.8, colsample_bytree: float = 0.8,
                  min_child_weight: float = 5.0, monotone: bool = True, hidden: int = 64, epochs: int = 30,
                  batch_size: int = 2048, mlp_learning_rate: float = 3e-3, level: float = 0.9,
-                 interval_folds: bool = True, interval_max_rows: int = 40000, random_state: int = 0, n_jobs: int = 1):
+                 interval_folds: bool = True, interval_max_rows: int = 40000, interval_hardware_folds: int = 8,
+                 harness_floors: bool = True, random_state: int = 0, n_jobs: int = 1):
         self.learner = learner
         self.e_max = e_max
         self.n_estimators = n_estimators
@@ -164,6 +207,8 @@ class PhysicsModel(CostModel):
         self.level = level
         self.interval_folds = interval_folds
         self.interval_max_rows = interval_max_rows
+        self.interval_hardware_folds = interval_hardware_folds
+        self.harness_floors = harness_floors
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -182,7 +227,7 @@ class PhysicsModel(CostModel):
         return self
 
     def _fit_core(self, X: pd.DataFrame, y: np.ndarray) -> None:
-        self.floors_ = estimate_floors(X, y)
+        self.floors_ = estimate_floors(X, y, self.harness_floors)
         floor = self._floor(X)
         phys = X["physics_ms"].to_numpy(float)
         eff0 = np.clip(phys / np.maximum(y - floor, 1e-9) / self.e_max, 1e-4, 1 - 1e-4)
@@ -223,7 +268,9 @@ class PhysicsModel(CostModel):
 
     # --- prediction ---------------------------------------------------------------------------------------
     def _floor(self, X: pd.DataFrame) -> np.ndarray:
-        return np.array([self.floors_[f] for f in families_of(X)], float)
+        table = np.array([[self.floors_[r][f] for f in FAMILIES] for r in FLOOR_REGIMES])
+        fam = pd.Categorical(families_of(X), categories=FAMILIES).codes
+        return table[regime_index(X), fam].astype(float)
 
     def _margin(self, X: pd.DataFrame) -> np.ndarray:
         """The efficiency's logit, clipped to +-MARGIN_CLIP (the MLP extrapolates linearly far outside)."""
@@ -289,9 +336,10 @@ class PhysicsModel(CostModel):
     def _calibrate_intervals(self, X: pd.DataFrame, y: np.ndarray) -> dict | None:
         """Out-of-fold scores and domain distances from sub-models (module ``models.domain``), then the widening.
 
-        Folds: 20% of the shapes held out; each hardware held out (if there are several); each math mode held out
-        (if there are several); the 10% largest shapes (FLOPs + bytes) held out. Sub-models see at most
-        ``interval_max_rows`` rows."""
+        Folds: 20% of the shapes held out; each hardware held out (if there are several; with more hardware than
+        ``interval_hardware_folds``, several at a time, a harder test); each math mode held out (if there are
+        several); the 10% largest shapes (FLOPs + bytes) held out. Sub-models see at most ``interval_max_rows``
+        rows."""
         rng = np.random.default_rng(self.random_state)
         shapes, hw = shape_keys(X), hardware_keys(X)
         folds = []
@@ -299,8 +347,10 @@ class PhysicsModel(CostModel):
         if len(distinct) >= 5:
             held = rng.choice(distinct, max(1, len(distinct) // 5), replace=False)
             folds.append(np.isin(shapes, held))
-        if len(np.unique(hw)) >= 2:
-            folds += [hw == h for h in np.unique(hw)]
+        distinct_hw = np.unique(hw)
+        if len(distinct_hw) >= 2:  # each hardware held out once, in at most interval_hardware_folds groups
+            groups = np.array_split(rng.permutation(distinct_hw), min(len(distinct_hw), self.interval_hardware_folds))
+            folds += [np.isin(hw, g) for g in groups]
         modes = X[[f"mode_{m}" for m in MODES]].to_numpy().argmax(axis=1)
         if len(np.unique(modes)) >= 2:  # a math mode never seen (e.g. tensor cores after fp32-only rows)
             folds += [modes == m for m in np.unique(modes)]
@@ -357,8 +407,12 @@ class PhysicsModel(CostModel):
         logy = np.log(y_new)
         rounds, oof = self._choose_rounds(X_new, base_floor, base_kernel, logy)
         corr = _fit_correction(X_new, base_floor, base_kernel, logy, rounds, self.random_state)
+        base_log = np.log(base_floor + base_kernel)
         corr.update(key=str(keys[0]), hardware=hardware or str(keys[0]), rows=len(X_new),
-                    q=conformal(np.abs(oof - logy), self.level))
+                    q=conformal(np.abs(oof - logy), self.level),
+                    # honest numbers on the new rows: the model before, and the correction out of fold
+                    mape_before=float(np.mean(np.abs(np.exp(base_log - logy) - 1)) * 100),
+                    mape_out_of_fold=float(np.mean(np.abs(np.exp(oof - logy) - 1)) * 100))
         new = copy.deepcopy(self)
         new.corrections_ = [c for c in self.corrections_ if c["key"] != corr["key"]] + [corr]
         new.domain_ = copy.deepcopy(self.domain_).add_hardware(X_new)
@@ -401,7 +455,9 @@ class PhysicsModel(CostModel):
 
     def _load_payload(self, path: Path) -> None:
         state = json.loads((path / "physics.json").read_text())
-        self.floors_, self.base_margin_ = state["floors"], state["base_margin"]
+        floors = state["floors"]  # saved before floors were per regime: one table for every regime
+        self.floors_ = floors if set(floors) == set(FLOOR_REGIMES) else {r: dict(floors) for r in FLOOR_REGIMES}
+        self.base_margin_ = state["base_margin"]
         self.domain_ = Domain.from_dict(state["domain"])
         self.widening_ = state["widening"]
         self.corrections_ = []

@@ -30,6 +30,13 @@ one metric-key scheme ``<split>/<scope>/<metric>`` (a multi-target record names 
   a feasibility classifier on every row (ok vs failed synthesis). Splits: held-out layer shapes (groups
   (d_in, d_out)) and held-out precision (train <= 10 bits, test 12-14). Roofline does not apply (no FPGA
   analytical model here).
+* **extrapolation**: the checks (a)-(f) of ``models.extrapolation`` (``ds.check``) on the shipped pack of real
+  runtime rows (``data.reference``: NeuSight, the H200 set, DeepBench), sampled like the main job
+  (``ds.sources``, ``ds.cap``); models named ``physics*`` read ``features.physics``, the baselines
+  ``features.tabular`` (``spec_features``), all on the same rows and folds. One record per (check, model, k);
+  scopes ``hardware:<id>``, ``family:<f>``, ``dtype:<d>``, ``runtime:ge0.1ms``; the physics model adds
+  ``in_domain`` and ``covered`` (90% interval). The check's table is written to
+  ``<out_dir>/public_eval/<ds.table or extrapolation_<check>>.md`` and the goal's verdict printed.
 """
 from __future__ import annotations
 
@@ -297,4 +304,48 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, out_dir=None
     return results
 
 
-PROTOCOLS = {"neusight": evaluate_neusight, "kerneltuner": evaluate_kerneltuner, "wa_hls4ml": evaluate_wa_hls4ml}
+# --- extrapolation checks (a)-(f) on the shipped pack ------------------------------------------------------
+
+def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir) -> list[dict]:
+    """One extrapolation check (module docstring) for every model on the same rows and folds."""
+    from data.backends.reference import select
+    from features.physics import PhysicsFeaturizer
+    from models.extrapolation import CHECKS, GOALS, NAMES, Candidate, markdown, run_check, verdict
+
+    check = str(ds.check)
+    if check not in CHECKS:
+        raise ValueError(f"unknown extrapolation check {check!r} (one of {', '.join(CHECKS)})")
+    ok = select(rows[rows["status"] == "ok"].reset_index(drop=True), sources=list(ds.sources),
+                cap=dict(ds.get("cap") or {}), seed=seed)
+    frames = {"physics": PhysicsFeaturizer(registry).transform(ok).reset_index(drop=True),
+              "tabular": spec_features(ok, registry).reset_index(drop=True)}
+    print(f"extrapolation ({check}) {NAMES[check]}: {len(ok)} rows ("
+          + ", ".join(f"{h} {n}" for h, n in ok["hardware"].value_counts().sort_index().items())
+          + f"); sources {', '.join(ds.sources)}; cap {dict(ds.get('cap') or {})}; goal {GOALS[check]}")
+    candidates = [Candidate(name, make, "physics" if name.startswith("physics") else "tabular")
+                  for name, make in models.items()]
+    fold_kwargs = dict(ds.get("fold_kwargs") or {})
+    results = run_check(check, ok, frames, candidates, registry, draws=int(ds.get("draws", 3)), seed=seed,
+                        fold_kwargs=fold_kwargs, keep_predictions=True)
+    y = ok["runtime_ms"].to_numpy(float)
+    records = []
+    for r in results:
+        v = verdict(r)
+        if v is not None:
+            print(f"  {r['model']:14s} {v[1]}: {'met' if v[0] else 'NOT met'}")
+        metrics = {scope.replace(">=", "ge"): m for scope, m in r["metrics"].items()}
+        if v is not None:
+            metrics["all"] = {**metrics["all"], "goal_met": float(v[0])}
+        sub = ok.iloc[r["index"]].reset_index(drop=True)
+        name = r["model"] + (f"_k{r['k']}" if r["k"] is not None else "")
+        records.append(record(f"{check}_{NAMES[check]}", name, metrics, sub, y[r["index"]], r["pred"],
+                              r["seconds"]))
+    table = Path(out_dir).resolve() / "public_eval" / f"{ds.get('table') or f'extrapolation_{check}'}.md"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text(markdown(results) + "\n")
+    print(markdown(results))
+    print(f"table -> {table}")
+    return records
+
+
+PROTOCOLS = {"neusight": evaluate_neusight, "extrapolation": evaluate_extrapolation, "kerneltuner": evaluate_kerneltuner, "wa_hls4ml": evaluate_wa_hls4ml}

@@ -27,7 +27,13 @@ packages, e.g. the CLI or the main job, the imported copies are used.)
   and the per-hardware ones (``by_hardware``; rows of other hardware use the global one), at ``level``.
 
 Output: per column the point prediction and its interval ``<column>_lo`` / ``<column>_hi`` (interval ends combine
-like the point: summed ends are conservative, they assume the kernels' errors move together).
+like the point: summed ends are conservative, they assume the kernels' errors move together). A model with a domain
+of validity (``predict_domain``, e.g. ``models.physics``; meta ``domain``) serves its own interval, widened with the
+distance outside its training data, takes an optional ``harness`` column (the timing harness a runtime is asked
+for: ``back_to_back``, the default, or ``per_call``; ``features.physics.HARNESSES``) and adds ``in_domain``
+(bool), ``domain_distance`` (0 inside) and
+``domain_reason`` (the largest contributor, e.g. ``hw_log2_peak_flops +1.78``; ``models.domain``); an MLIR row is
+inside only if every kernel is.
 
 Bad input (unknown hardware, unknown op, a missing or invalid shape, MLIR that is not text) raises an
 ``MlflowException`` with error code ``INVALID_PARAMETER_VALUE`` whose message is the encoder's one line naming the
@@ -67,6 +73,8 @@ CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundl
 INPUT_ERROR_PREFIX = "invalid workload: "
 MESSAGE_CHARS = 600  # an error line's length limit (a message may list the known ops or hardware ids)
 COMBINE = ("sum", "max", "time_weighted")
+# a model with a domain of validity (``predict_domain``, meta ``domain``) adds these outputs (models/domain.py)
+DOMAIN_COLUMNS = {"in_domain": "boolean", "domain_distance": "double", "domain_reason": "string"}
 
 
 def output_columns(target: dict) -> list[str]:
@@ -83,7 +91,8 @@ def signature(meta: dict) -> ModelSignature:
     if meta["unit"] == "network":
         inputs = Schema([ColSpec("string", "mlir"), ColSpec("string", "hardware"),
                          ColSpec("string", "dtype", required=False)])
-    outputs = Schema([ColSpec("double", c) for c in output_columns(meta["target"])])
+    outputs = Schema([ColSpec("double", c) for c in output_columns(meta["target"])]
+                     + ([ColSpec(t, c) for c, t in DOMAIN_COLUMNS.items()] if meta.get("domain") else []))
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 
@@ -179,16 +188,24 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
                 hardware = self._hardware_ids(workloads["hardware"])  # transform resolved each already
         except FeatureError as exc:
             raise input_error(str(exc)) from None
-        pred = np.asarray(self.model.predict(X), dtype=np.float64).reshape(len(rows), -1)  # the signature's double
+        domain = self.model.predict_domain(X) if meta.get("domain") else None  # interval widened outside
+        pred = (np.asarray(self.model.predict(X) if domain is None else domain["runtime_ms"], dtype=np.float64)
+                .reshape(len(rows), -1))  # the signature's double
         out = pd.DataFrame(index=range(len(rows)))
         codes, ids = pd.factorize(np.asarray(hardware, dtype=object))
         for j, col in enumerate(target["columns"]):
             spec = meta["intervals"][col]
-            q = halfwidths(ids, spec["log_halfwidth"], spec.get("by_hardware", {}))[codes]  # per distinct hardware
-            lo, hi = bounded_interval(pred[:, j], q, spec.get("transform", "log"), spec.get("lower"), spec.get("upper"))
+            if domain is not None:
+                lo, hi = domain["lo_ms"].to_numpy(float), domain["hi_ms"].to_numpy(float)
+            else:
+                q = halfwidths(ids, spec["log_halfwidth"], spec.get("by_hardware", {}))[codes]  # per distinct hardware
+                lo, hi = bounded_interval(pred[:, j], q, spec.get("transform", "log"), spec.get("lower"),
+                                          spec.get("upper"))
             out[col], out[f"{col}_lo"], out[f"{col}_hi"] = pred[:, j], lo, hi
         if len(set(rows)) < len(rows):  # MLIR rows: their kernels combine into one row each
             out = combine(out, rows, {c: target["combine"][c] for c in target["columns"]})
+        if domain is not None:  # a module is inside only if every kernel is; its distance is its farthest kernel's
+            out = out.join(domain_of_rows(domain, rows))
         if target.get("network_totals"):
             totals = {c: np.full(len(out), np.nan) for c in target["columns"]}
             if network is not None:
@@ -201,12 +218,23 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
                         totals[c][named] = by[c].to_numpy()[where]
             for c, v in totals.items():
                 out[f"network_{c}"] = v
-        return out[output_columns(target)]
+        return out[output_columns(target) + (list(DOMAIN_COLUMNS) if domain is not None else [])]
+
 
     def _hardware_ids(self, names: pd.Series) -> np.ndarray:
         """The registry id of each row's hardware name, resolved once per distinct name."""
         codes, uniques = pd.factorize(names.astype(str))
         return np.array([self.registry.resolve(u) for u in uniques], dtype=object)[codes]
+
+
+def domain_of_rows(domain: pd.DataFrame, rows) -> pd.DataFrame:
+    """``in_domain``, ``domain_distance``, ``domain_reason`` per input row from its kernels' (``rows``: the input row
+    of each kernel): inside only if every kernel is, the farthest kernel's distance and reason."""
+    frame = domain[list(DOMAIN_COLUMNS)].assign(_row=np.asarray(rows)).reset_index(drop=True)
+    far = frame.sort_values("domain_distance", ascending=False, kind="stable").groupby("_row", sort=True).head(1)
+    out = far.sort_values("_row").set_index("_row")
+    out["in_domain"] = frame.groupby("_row", sort=True)["in_domain"].all()
+    return out.reset_index(drop=True).astype({"in_domain": bool, "domain_distance": float, "domain_reason": str})
 
 
 NetworkPyfunc = PowerPyfunc = CostModelPyfunc  # the class names of models logged before the one serving class

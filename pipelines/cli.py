@@ -9,6 +9,8 @@
     costmodel models [--name costmodel-runtime]
     costmodel tune --space space.yaml --measure "python bench.py" [--budget 50] [--batch 5] | --cache kt.json.gz
     costmodel serve --model models:/costmodel-runtime@champion [--host 127.0.0.1] [--port 5000]
+    costmodel calibrate --model models:/costmodel-runtime@champion --measurements new_gpu.csv [--promote]
+    costmodel calibrate --model models:/costmodel-runtime@champion --measure --hardware <id> [--budget 60]
     costmodel --version
 
 Input: CSV, JSON lines or a JSON array of records, one workload per row (``op``, ``hardware``,
@@ -17,7 +19,9 @@ csv). Files are read by ``features.inputs`` (UTF-8, no repeated column). Output:
 predicted target, the prediction and its interval (``runtime_ms``, ``runtime_ms_lo``, ``runtime_ms_hi``), as CSV,
 JSON lines or a JSON array (``--format``, or the suffix of ``--output``: ``.csv``, ``.jsonl``, ``.json``), to
 standard output unless ``--output`` names a file. Any bad input ends with one ``costmodel: error: ...`` line on
-stderr and exit status 2.
+stderr and exit status 2. A model with a domain of validity adds ``in_domain``, ``domain_distance``,
+``domain_reason``; rows outside it get one ``costmodel: warning:`` line with their count on stderr (their
+intervals are widened, never capped).
 A ``.mlir`` input (with ``--hardware``) is one network for a whole-network model (``mlir`` in its signature,
 no ``op``: output ``input, hardware`` + the prediction), else the kernels recognised in it plus their total;
 ``--dim`` binds its dynamic dimensions (``%arg0:0=1024`` one dim, ``%arg0=1024x512`` a whole argument).
@@ -254,6 +258,7 @@ def predict(args) -> int:
         if exc.message.startswith(INPUT_ERROR_PREFIX):  # the featurizer's one line, raised inside the pyfunc
             raise CliError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
         raise CliError(f"bad input: {_schema_reason(str(exc))}") from None
+    _warn_domain(preds)
     out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True), rsuffix="_predicted")
     if network:  # the module text is the input, not an output column
         out = out.drop(columns=["mlir"])
@@ -292,6 +297,19 @@ def _check_model(workloads, model, uri: str) -> None:
         check_signature(workloads, model, uri)
     except FeatureError as exc:
         raise CliError(str(exc)) from None
+
+
+def _warn_domain(preds) -> None:
+    """One warning line with the count of rows outside the model's training domain (a model with ``in_domain``)."""
+    if "in_domain" not in preds.columns:
+        return
+    outside = ~preds["in_domain"].astype(bool).to_numpy()
+    if outside.any():
+        far = preds[outside].reset_index(drop=True)
+        i = int(far["domain_distance"].to_numpy(float).argmax())
+        print(f"costmodel: warning: {int(outside.sum())} of {len(preds)} rows are outside the training domain "
+              f"(in_domain false, intervals widened; farthest: distance {far['domain_distance'][i]:.2f}, "
+              f"{far['domain_reason'][i]})", file=sys.stderr)
 
 
 def _warn_unmapped(line: str) -> None:
@@ -443,6 +461,60 @@ def serve(args) -> int:
     return 0
 
 
+def calibrate(args) -> int:
+    """``costmodel calibrate``: a new version of a registered model that knows one more GPU (pipelines/calibrate.py)."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import hashlib
+    import logging
+
+    from pipelines.calibrate import CalibrationError, calibrate_registered, choose_sweep, load_served, measure_sweep
+
+    import mlflow  # noqa: F401 - imported first: its import sets its loggers' level
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    if bool(args.measurements) == bool(args.measure):
+        raise CliError("give exactly one of --measurements FILE and --measure (with --hardware)")
+    if args.measure and not args.hardware:
+        raise CliError("--measure needs --hardware (the GPU on this machine, a conf/hardware id)")
+    if args.measurements and (args.hardware or args.budget is not None):
+        raise CliError("--hardware and --budget go with --measure (a file's rows name their hardware)")
+    if args.measurements:
+        from features.inputs import read_workloads
+        from features.tabular import FeatureError
+
+        path = Path(args.measurements)
+        try:
+            rows = read_workloads(path)
+        except FeatureError as exc:
+            raise CliError(str(exc)) from None
+        digest, source = hashlib.sha256(path.read_bytes()).hexdigest(), str(path)
+    _set_uri(args.tracking_uri, args.model)
+    try:
+        served = load_served(args.model)
+        if args.measure:
+            sweep = choose_sweep(served[2], args.hardware, args.budget or 60)
+            rows, digest, source = measure_sweep(sweep, args.hardware, served[2].registry), None, "measure"
+            print(f"measured {len(rows)} of {len(sweep)} chosen workloads on {args.hardware}", file=sys.stderr)
+        result = calibrate_registered(args.model, rows, sha256=digest, source=source, promote=args.promote,
+                                      served=served, note=lambda line: print(line, file=sys.stderr))
+    except CalibrationError as exc:
+        raise CliError(str(exc)) from None
+    print(f"models:/{result.name}/{result.version}")
+    return 0
+
+
+def _add_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="learn a new GPU from its measurements: registers a new model version")
+    p.add_argument("--model", required=True, help="registered model URI, e.g. models:/costmodel-runtime@champion")
+    p.add_argument("--measurements", help="measured rows of ONE GPU (.csv, .jsonl, .json): predict's columns + runtime_ms")
+    p.add_argument("--measure", action="store_true",
+                   help="measure here with the cuda backend the workloads the model is least sure of, then calibrate")
+    p.add_argument("--hardware", help="--measure: the GPU on this machine (a conf/hardware id)")
+    p.add_argument("--budget", type=int, help="--measure: how many workloads to measure (default 60)")
+    p.add_argument("--promote", action="store_true", help="move the alias (e.g. @champion) to the new version")
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
+    p.set_defaults(func=calibrate)
+
+
 TRACKING_HELP = "MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db if present)"
 
 
@@ -491,6 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.set_defaults(func=serve)
+
+    _add_calibrate(sub)
     return parser
 
 

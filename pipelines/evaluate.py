@@ -38,6 +38,10 @@ logging.getLogger("mlflow").setLevel(logging.ERROR)
 def load_rows(cfg: DictConfig, out: Path, registry: HardwareRegistry):
     """Imported rows of ``cfg.dataset.name``; a full import is cached as ``<out>/datasets/import/<name>.parquet``."""
     name, kwargs = cfg.dataset.name, OmegaConf.to_container(OmegaConf.create(cfg.dataset.get("import_kwargs") or {}))
+    if cfg.dataset.get("loader"):  # rows from a function, e.g. the shipped pack (data.reference.load_reference)
+        from hydra.utils import get_method
+
+        return get_method(cfg.dataset.loader)()
     cache = out / "datasets" / "import" / f"{name}.parquet"
     if not kwargs and cfg.use_import_cache and cache.exists():
         return read_dataset(cache)

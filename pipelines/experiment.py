@@ -293,6 +293,15 @@ def _calibrate(make, X, Y, rows: pd.DataFrame, train, interval: DictConfig, leve
     raise ValueError(f"interval.method must be split, cross or loo, got {interval.method!r}")
 
 
+def predict_interval(cal, X, groups):
+    """``(pred, lo, hi)`` of a calibrated fit: a model with a domain of validity (``predict_domain``) gives its own
+    interval, widened outside the training domain (what it serves); others the split-conformal half-widths."""
+    if hasattr(cal.model, "predict_domain"):
+        dom = cal.model.predict_domain(X)
+        return tuple(dom[c].to_numpy(float) for c in ("runtime_ms", "lo_ms", "hi_ms"))
+    return cal.predict_interval(X, groups)
+
+
 def fit_registered(make, X, Y, rows: pd.DataFrame, train, test, interval: DictConfig) -> Fit:
     """The fit that may be registered: trained on the champion split's training rows, calibrated per
     ``interval.method``, predicted on its held-out rows with intervals."""
@@ -302,7 +311,7 @@ def fit_registered(make, X, Y, rows: pd.DataFrame, train, test, interval: DictCo
     else:
         cal = _calibrate(make, X, Y, rows, train, interval, level)
     seconds = time.perf_counter() - t0
-    pred, lo, hi = cal.predict_interval(take(X, test), by[test])
+    pred, lo, hi = predict_interval(cal, take(X, test), by[test])
     shape = (len(test), -1)
     return Fit(test, pred.reshape(shape), lo.reshape(shape), hi.reshape(shape), cal, len(train), seconds)
 
@@ -314,7 +323,7 @@ def pooled(make, X, Y, rows: pd.DataFrame, folds, interval: DictConfig | None = 
     for _, tr, te in folds:
         if interval is not None:
             cal = _calibrate(make, X, Y, rows, tr, interval, float(interval.level))
-            p, lo, hi = cal.predict_interval(take(X, te), rows["hardware"].to_numpy()[te])
+            p, lo, hi = predict_interval(cal, take(X, te), rows["hardware"].to_numpy()[te])
             los.append(lo.reshape(len(te), -1)), his.append(hi.reshape(len(te), -1))
         else:
             p = make().fit(take(X, tr), Y[tr]).predict(take(X, te))
@@ -448,8 +457,11 @@ def run_experiment(cfg: DictConfig, rows: pd.DataFrame, registry: HardwareRegist
         res.run_id, res.model_uri = logged.run_id, logged.model_uri
     best, decision, rank_keys = None, None, []
     if candidates:
-        metric = cfg.register.select_metric
-        rank_keys = [f"{cfg.register.get('select_split', 'test')}/all/{target.key(metric, c)}" for c in target.rank_by]
+        metric, select = cfg.register.select_metric, cfg.register.get("select_split", "test")
+        if select != "test" and select not in folds:
+            note(f"register.select_split {select} was not scored on these rows: candidates ranked on test")
+            select = "test"
+        rank_keys = [f"{select}/all/{target.key(metric, c)}" for c in target.rank_by]
         sign = 1 if tracking.LOWER_IS_BETTER.get(metric, True) else -1
         best = min(candidates, key=lambda n: tuple(sign * results[n].metrics[k] for k in rank_keys))
         decision = register(cfg, results[best], rows, test, Y, target, split_id,
@@ -497,7 +509,7 @@ def served_model(name: str, cal, entry: Entry, unit: str, target: Target, regist
     if unit == "network":  # a network model learned from these machines only: serving refuses others
         trained = sorted(set(rows["hardware"].iloc[np.setdiff1d(np.arange(len(rows)), test)]))
     meta = make_meta(model=name, target=target.facts(), encoder=entry.encoder, unit=unit, intervals=intervals,
-                     level=level, trained_hardware=trained)
+                     level=level, trained_hardware=trained, domain=hasattr(cal.model, "predict_domain"))
     example = rows.iloc[test[:3]][describe].reset_index(drop=True)
     if unit != "network":
         example = example.astype({p: float for p in SHAPE_PARAMS if p in example.columns})

@@ -27,8 +27,9 @@ def test_predict_csv_to_stdout_and_jsonl_file(tiny_run, tmp_path):
     proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--tracking-uri", tiny_run["uri"])
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0] == "op,m,n,k,dtype,hardware,runtime_ms,runtime_ms_lo,runtime_ms_hi" and len(lines) == 3
-    csv_rows = [[float(v) for v in l.split(",")[-3:]] for l in lines[1:]]
+    assert lines[0] == ("op,m,n,k,dtype,hardware,runtime_ms,runtime_ms_lo,runtime_ms_hi,in_domain,domain_distance,"
+                        "domain_reason") and len(lines) == 3
+    csv_rows = [[float(v) for v in l.split(",")[6:9]] for l in lines[1:]]
     assert all(0 < lo < p < hi for p, lo, hi in csv_rows)
     csv_preds = [r[0] for r in csv_rows]
 

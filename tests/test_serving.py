@@ -21,6 +21,7 @@ WORKLOADS = [
      "padding": 1, "dtype": "float16", "hardware": "a100-pcie-40gb"},
 ]
 COLS = ["runtime_ms", "runtime_ms_lo", "runtime_ms_hi"]
+DOMAIN = ["in_domain", "domain_distance", "domain_reason"]  # the champion (the physics model) has a domain
 
 
 @pytest.fixture(scope="module")
@@ -36,35 +37,38 @@ def api_preds(champion):
 
 
 def test_signature_example_interval_and_test_coverage(champion, api_preds):
+    from models.domain import widen
+
     mlflow.set_tracking_uri(champion["uri"])
     info = mlflow.models.get_model_info(MODEL)
-    assert [c.name for c in info.signature.outputs.inputs] == COLS
+    assert [c.name for c in info.signature.outputs.inputs] == COLS + DOMAIN
     assert info.signature.inputs is None  # a kernel model's inputs are checked by its encoder (models/pyfunc.py)
     assert info.saved_input_example_info is not None
     assert {"data", "features", "models"} <= {p.name for p in (Path(mlflow.artifacts.download_artifacts(MODEL)) / "code").iterdir()}
 
-    # the interval is pred * exp(+-q), q calibrated for the row's hardware (else the global one), as logged
+    # the conformal half-widths of the calibration fold are logged as before
     m = champion["run"].data.metrics
     cm = load_cost_model(MODEL, tracking_uri=champion["uri"])
-    spec, registry = cm.meta["intervals"]["runtime_ms"], cm.pyfunc.unwrap_python_model().registry
-    assert spec["level"] == 0.9 and spec["log_halfwidth"] == pytest.approx(m["calibration/all/log_halfwidth"])
-    assert m["calibration/all/n"] >= 9
-    for hw, q in spec["by_hardware"].items():
-        assert q > 0 and m[f"calibration/{hw}/log_halfwidth"] == pytest.approx(q)
-
-    def q_of(hardware):
-        return np.array([spec["by_hardware"].get(registry.resolve(h), spec["log_halfwidth"]) for h in hardware])
-
-    q = q_of([w["hardware"] for w in WORKLOADS])
-    assert list(api_preds.columns) == COLS and (api_preds["runtime_ms"] > 0).all()
+    spec = cm.meta["intervals"]["runtime_ms"]
+    assert cm.has_domain and spec["level"] == 0.9
+    assert spec["log_halfwidth"] == pytest.approx(m["calibration/all/log_halfwidth"]) and m["calibration/all/n"] >= 9
+    # the served interval is the physics model's widened rule: pred * exp(+-q), q = q_seen | q_unseen + slope * distance
+    inner = cm.pyfunc.unwrap_python_model()
+    widening = inner.model.widening_
+    dom = inner.model.predict_domain(inner.encoder.transform(pd.DataFrame(WORKLOADS)))
+    q = widen(widening, dom["domain_distance"], dom["hardware_seen"])
+    assert list(api_preds.columns) == COLS + DOMAIN and (api_preds["runtime_ms"] > 0).all()
+    assert widening["q_seen"] > 0 and widening["q_unseen"] >= widening["q_seen"] and widening["slope"] >= 0
     np.testing.assert_allclose(api_preds["runtime_ms_hi"] / api_preds["runtime_ms"], np.exp(q), rtol=1e-9)
     np.testing.assert_allclose(api_preds["runtime_ms_lo"] / api_preds["runtime_ms"], np.exp(-q), rtol=1e-9)
+    np.testing.assert_allclose(api_preds["domain_distance"], dom["domain_distance"], rtol=1e-12)
 
-    # the reported coverage is the fraction of held-out rows inside their interval
+    # the reported coverage is the fraction of held-out rows inside the interval the model serves for them
     held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=champion["run"].info.run_id,
                                                            artifact_path="eval/heldout_predictions.csv"))
-    ratio = np.abs(np.log(held["runtime_ms"] / held["pred_runtime_ms"]))
-    assert m["test/all/coverage90"] == pytest.approx(float(np.mean(ratio <= q_of(held["hardware"]))))
+    served = cm.predict(held.drop(columns=["runtime_ms", "pred_runtime_ms"]))
+    inside = (held["runtime_ms"] >= served["runtime_ms_lo"]) & (held["runtime_ms"] <= served["runtime_ms_hi"])
+    assert m["test/all/coverage90"] == pytest.approx(float(inside.mean()))
     assert float(champion["version"].tags["test_coverage90"]) == pytest.approx(m["test/all/coverage90"], rel=1e-5)
 
 
@@ -98,6 +102,7 @@ def test_cli_json_outputs_equal_python_api(champion, api_preds, tmp_path):
     recs = json.loads(proc.stdout)
     assert len(recs) == 3 and recs[2]["hardware"] == "a100-pcie-40gb"
     np.testing.assert_allclose([[r[c] for c in COLS] for r in recs], api_preds[COLS].to_numpy(), rtol=1e-9)
+    assert [r["in_domain"] for r in recs] == api_preds["in_domain"].tolist()
 
     # plain mlflow.pyfunc gives the same numbers; the API turns bad input into a ValueError with the message
     mlflow.set_tracking_uri(champion["uri"])
@@ -120,6 +125,8 @@ def test_rest_serving_matches_cli_and_rejects_bad_input(champion, api_preds, tmp
         url = base + "/invocations"
         status, body = post_json(url, records(WORKLOADS))
         assert status == 200, body
+        assert [r["in_domain"] for r in body["predictions"]] == api_preds["in_domain"].tolist()  # REST carries the flag
+        np.testing.assert_allclose([r["domain_distance"] for r in body["predictions"]], api_preds["domain_distance"])
         rest = pd.DataFrame(body["predictions"])[COLS]
         np.testing.assert_allclose(rest.to_numpy(), cli_preds.to_numpy(), rtol=1e-6)  # CSV prints ~16 digits
         np.testing.assert_allclose(rest.to_numpy(), api_preds[COLS].to_numpy(), rtol=1e-12)

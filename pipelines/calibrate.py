@@ -1,0 +1,282 @@
+"""``costmodel calibrate``: a registered runtime model learns a new GPU from a few of its measurements.
+
+    costmodel calibrate --model models:/costmodel-runtime@champion --measurements new_gpu.csv [--promote]
+    costmodel calibrate --model models:/costmodel-runtime@champion --measure --hardware H100-SXM [--budget 60]
+
+A new GPU is one ``conf/hardware/<id>.yaml`` (its spec sheet: the model already predicts it from the specs) plus
+this command. The measurements are the columns of ``costmodel predict`` (``op``, ``hardware``, ``dtype``, shape
+columns) plus ``runtime_ms``, of ONE hardware. The model's ``calibrate`` (``models.physics.PhysicsModel.calibrate``:
+a floor scale, a kernel-time bias and a boosted correction chosen by cross-validation on the new rows) returns a
+model that predicts that hardware from what it measured and every other hardware as before.
+
+:func:`calibrate_registered` logs a run (the rows as ``eval/calibration_rows.csv``, the model before on them and the
+correction out of fold as metrics ``calibrate/<hardware>/<metric>``, the served pyfunc with the new GPU's spec
+added to its hardware registry) and registers it as a new version of the SAME registered model; its tags record
+the hardware, the number of rows, the rows' sha256, the parent version and model URI. The alias moves only with
+``promote``. ``--measure`` (:func:`choose_sweep`, :func:`measure_sweep`) measures the sweep the model chooses on
+this machine's GPU (``data.backends.cuda``): among candidate shapes of the usual ops and dtypes, those whose
+interval is widest (largest domain distance), spread round-robin over op family and dtype.
+
+Bad input raises :class:`CalibrationError` (one line): no ``runtime_ms``, fewer than
+``models.physics.MIN_CALIBRATION_ROWS`` rows, a non-positive or non-numeric runtime, unknown hardware, rows of
+several hardware, a model that cannot calibrate, a URI that names no registered model.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from data.workloads import SHAPE_PARAMS
+
+MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
+# candidate shapes for --measure: the main job's ops at GPU sizes (seeded), in the dtypes a user runs
+CANDIDATE_OPS = {
+    "matmul": {"n": 120, "params": {"m": [16, 16384], "n": [16, 16384], "k": [16, 16384]}},
+    "bmm": {"n": 60, "params": {"batch": [1, 64], "m": [16, 4096], "n": [16, 4096], "k": [16, 4096]}},
+    "linear": {"n": 80, "params": {"m": [16, 16384], "n": [64, 16384], "k": [64, 16384]}},
+    "conv2d": {"n": 80, "params": {"batch": [1, 64], "c_in": [3, 512], "c_out": [16, 512], "h": [7, 112],
+                                   "w": [7, 112], "kernel": {"choice": [1, 3, 5, 7]}, "stride": {"choice": [1, 2]},
+                                   "padding": {"choice": [0, 1, 2]}}},
+    "sdpa": {"n": 40, "params": {"batch": [1, 16], "heads": [1, 32], "seq_len": [64, 4096],
+                                 "head_dim": {"choice": [64, 128]}, "causal": {"choice": [0, 1]}}},
+    "layernorm": {"n": 40, "params": {"m": [1, 65536], "n": [64, 16384]}},
+    "softmax": {"n": 40, "params": {"m": [1, 65536], "n": [64, 16384]}},
+    "add": {"n": 40, "params": {"m": [1, 65536], "n": [64, 16384]}},
+    "gelu": {"n": 40, "params": {"m": [1, 65536], "n": [64, 16384]}},
+}
+CANDIDATE_DTYPES = ("float32", "float16", "bfloat16")
+CANDIDATE_MAX_FLOPS, CANDIDATE_MAX_BYTES = 2e12, 4e9
+
+
+class CalibrationError(ValueError):
+    """Bad measurements or a model that cannot be calibrated (one line)."""
+
+
+@dataclass
+class Calibration:
+    name: str
+    version: str
+    parent_version: str
+    hardware: str
+    rows: int
+    sha256: str
+    run_id: str
+    promoted: bool
+    mape_before: float
+    mape_out_of_fold: float
+
+
+def rows_sha256(rows: pd.DataFrame) -> str:
+    """sha256 of the rows as CSV (what a file's bytes hash to when it is that CSV)."""
+    return hashlib.sha256(rows.to_csv(index=False).encode()).hexdigest()
+
+
+def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
+    """``(name, alias, version)`` of ``models:/<name>@<alias>`` or ``models:/<name>/<version>``."""
+    m = MODEL_URI.match(uri or "")
+    if m is None:
+        raise CalibrationError(f"--model must name a registered model (models:/<name>@<alias> or "
+                               f"models:/<name>/<version>), got {uri!r}: calibrate registers a new version of it")
+    return m["name"], m["alias"], m["version"]
+
+
+def load_served(uri: str):
+    """The registered version behind ``uri`` and its served python model (``models.pyfunc.CostModelPyfunc``)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    name, alias, version = parse_model_uri(uri)
+    client = MlflowClient()
+    try:
+        mv = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
+        inner = mlflow.pyfunc.load_model(f"models:/{name}/{mv.version}").unwrap_python_model()
+    except (MlflowException, OSError) as exc:
+        raise CalibrationError(f"cannot load model {uri!r}: {str(exc).strip().splitlines()[0]}") from None
+    if not hasattr(inner, "model") or not callable(getattr(inner.model, "calibrate", None)):
+        kind = getattr(getattr(inner, "model", None), "name", type(inner).__name__)
+        raise CalibrationError(f"model {uri!r} ({kind}) cannot be calibrated: only a model with calibrate() "
+                               "(the physics model, conf/model/physics.yaml) learns a new GPU from a few rows")
+    return name, mv, inner
+
+
+def ensure_hardware(inner, hardware: str, hardware_dir=None) -> str:
+    """The registry id of ``hardware`` in the served model's registry, adding its spec sheet from ``hardware_dir``
+    (default conf/hardware) when the model was trained before that GPU was added."""
+    from data.hardware import CONF_DIR, HardwareRegistry, UnknownHardwareError
+
+    try:
+        return inner.registry.resolve(hardware)
+    except UnknownHardwareError:
+        pass
+    try:
+        spec = HardwareRegistry.from_dir(hardware_dir or CONF_DIR).get(hardware)
+    except UnknownHardwareError:
+        raise CalibrationError(f"unknown hardware {hardware!r}: add its spec sheet as conf/hardware/<id>.yaml "
+                               "(conf/hardware/README.md), then calibrate") from None
+    inner.registry.add(spec)
+    return spec.id
+
+
+def check_measurements(rows: pd.DataFrame, inner, hardware_dir=None) -> tuple[pd.DataFrame, np.ndarray, str]:
+    """``(workloads, runtime_ms, hardware id)`` of measured rows of one hardware; the hardware's spec is added to
+    the served model's registry from ``hardware_dir`` (default conf/hardware) if the model does not know it yet."""
+    from models.physics import MIN_CALIBRATION_ROWS
+
+    if "runtime_ms" not in rows.columns:
+        raise CalibrationError("measurements lack column runtime_ms (the measured runtime per call, in ms, beside the "
+                               "columns of costmodel predict: op, hardware, dtype, shapes)")
+    if "hardware" not in rows.columns:
+        raise CalibrationError("measurements lack column hardware (a registry id, conf/hardware)")
+    if len(rows) < MIN_CALIBRATION_ROWS:
+        raise CalibrationError(f"{len(rows)} measured rows: calibrate needs at least {MIN_CALIBRATION_ROWS}")
+    y = pd.to_numeric(rows["runtime_ms"], errors="coerce").to_numpy(float)
+    bad = np.flatnonzero(~np.isfinite(y) | (y <= 0))
+    if len(bad):
+        raise CalibrationError(f"row {bad[0]}: runtime_ms must be a number > 0, got {rows['runtime_ms'].iloc[bad[0]]!r}")
+    ids = {ensure_hardware(inner, str(h), hardware_dir) for h in sorted({str(h) for h in rows["hardware"]})}
+    if len(ids) != 1:
+        raise CalibrationError(f"measurements of {len(ids)} hardware ({', '.join(sorted(ids))}): calibrate one GPU at "
+                               "a time (one file per GPU)")
+    workloads = rows.drop(columns=["runtime_ms"]).reset_index(drop=True)
+    return workloads, y, ids.pop()
+
+
+def calibrate_registered(uri: str, rows: pd.DataFrame, *, sha256: str | None = None, source: str = "",
+                         promote: bool = False, hardware_dir=None, experiment: str = "costmodel-calibrate",
+                         served=None, note=print) -> Calibration:
+    """Calibrate the registered model ``uri`` on measured ``rows`` of one GPU; log and register a new version of
+    the same registered model (the alias moves only with ``promote``). ``served``: :func:`load_served`'s result, if
+    already loaded. Returns what was registered."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from features.tabular import FeatureError
+    from models.pyfunc import to_workloads
+    from pipelines import tracking
+
+    name, parent, inner = served or load_served(uri)
+    workloads, y, hw = check_measurements(rows, inner, hardware_dir)
+    try:
+        frame, index = to_workloads(workloads)
+        if len(set(index)) != len(index):
+            raise CalibrationError("calibrate takes one kernel per row (op + shapes), not MLIR modules")
+        X = inner.encoder.transform(frame)
+        model = inner.model.calibrate(X, y, hardware=hw)
+    except FeatureError as exc:
+        raise CalibrationError(str(exc)) from None
+    except ValueError as exc:  # the model's own check of the rows (one line)
+        raise CalibrationError(str(exc).removeprefix("calibrate: ")) from None
+    corr = model.corrections_[-1]
+    digest = sha256 or rows_sha256(rows)
+    meta = dict(inner.meta)
+    meta["calibrated"] = [*meta.get("calibrated", []), {"hardware": hw, "rows": len(rows), "sha256": digest,
+                                                        "parent_version": str(parent.version)}]
+    _experiment(experiment)
+    facts = {"calibrated_hardware": hw, "calibration_rows": str(len(rows)), "calibration_sha256": digest,
+             "parent_version": str(parent.version), "parent_model_uri": f"models:/{name}/{parent.version}",
+             "calibration_source": source or "rows"}
+
+    def files(directory: Path):
+        path = directory / "calibration_rows.csv"
+        rows.to_csv(path, index=False)
+        return {}, [path]
+
+    example = workloads.head(3).astype({p: float for p in SHAPE_PARAMS if p in workloads.columns})
+    logged = tracking.log_run(
+        f"calibrate-{hw}", metrics={f"calibrate/{hw}/n": float(len(rows)),
+                                    f"calibrate/{hw}/mape_before": corr["mape_before"],
+                                    f"calibrate/{hw}/mape_out_of_fold": corr["mape_out_of_fold"],
+                                    f"calibrate/{hw}/log_halfwidth": float(corr["q"])},
+        params={"parent_model_uri": facts["parent_model_uri"], "correction_rounds": str(corr["rounds"]),
+                "floor_scale": f"{corr['floor_scale']:.6g}", "kernel_log_bias": f"{corr['bias']:.6g}"},
+        tags={"model": inner.meta.get("model", ""), "target": inner.meta["target"]["name"], **facts},
+        files=files,
+        served=tracking.Served(model=model, registry=inner.registry, meta=meta, input_example=example))
+    client = MlflowClient()
+    decision = (f"calibrated on {len(rows)} rows of {hw} (parent v{parent.version}): "
+                + ("alias moved (--promote)" if promote else "alias not moved (use --promote)"))
+    version = mlflow.register_model(logged.model_uri, name, tags={**facts, "model": inner.meta.get("model", ""),
+                                                                  "champion_decision": decision}).version
+    alias = parse_model_uri(uri)[1] or "champion"
+    if promote:
+        client.set_registered_model_alias(name, alias, version)
+    note(f"registered {name} version {version}: {decision}; on these rows MAPE {corr['mape_before']:.1f}% before, "
+         f"{corr['mape_out_of_fold']:.1f}% after (out of fold)")
+    return Calibration(name, str(version), str(parent.version), hw, len(rows), digest, logged.run_id, promote,
+                       corr["mape_before"], corr["mape_out_of_fold"])
+
+
+def _experiment(name: str) -> None:
+    """Set (create) the calibration experiment; an embedded sqlite store keeps artifacts beside it, as the main job's."""
+    import mlflow
+
+    if mlflow.get_experiment_by_name(name) is None:
+        uri = mlflow.get_tracking_uri()
+        location = (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri() \
+            if uri.startswith("sqlite:///") else None
+        mlflow.create_experiment(name, artifact_location=location)
+    mlflow.set_experiment(name)
+
+
+# --------------------------------------------------------------------------- --measure: the sweep the model chooses
+def candidates(hardware: str, dtypes=CANDIDATE_DTYPES, seed: int = 0) -> pd.DataFrame:
+    """Candidate workloads on ``hardware`` (:data:`CANDIDATE_OPS` x ``dtypes``, seeded)."""
+    from data.sweep import random_sweep
+
+    sweep = random_sweep(CANDIDATE_OPS, list(dtypes), seed, CANDIDATE_MAX_FLOPS, CANDIDATE_MAX_BYTES)
+    return pd.DataFrame([{"op": w["op"], "dtype": w["dtype"], "hardware": hardware, **w["params"]} for w in sweep])
+
+
+def choose_sweep(inner, hardware: str, budget: int, dtypes=CANDIDATE_DTYPES, seed: int = 0) -> pd.DataFrame:
+    """``budget`` workloads where the model is least sure on ``hardware``: candidates ranked by interval width
+    (log hi/lo, which grows with the domain distance), taken round-robin over (op family, dtype) so every kind of
+    kernel is measured. The hardware must be in the served model's registry or conf/hardware."""
+    from data.workloads import family
+    from features.tabular import FeatureError
+    from models.physics import MIN_CALIBRATION_ROWS
+
+    if budget < MIN_CALIBRATION_ROWS:
+        raise CalibrationError(f"--budget {budget}: calibrate needs at least {MIN_CALIBRATION_ROWS} rows")
+    pool = candidates(ensure_hardware(inner, hardware), dtypes, seed)
+    try:
+        dom = inner.model.predict_domain(inner.encoder.transform(pool))
+    except FeatureError as exc:
+        raise CalibrationError(str(exc)) from None
+    pool = pool.assign(_width=np.log(dom["hi_ms"] / dom["lo_ms"]).to_numpy(), _dist=dom["domain_distance"].to_numpy(),
+                       _group=[f"{family(o)}/{d}" for o, d in zip(pool["op"], pool["dtype"])])
+    pool = pool.sort_values(["_width", "_dist"], ascending=False, kind="stable")
+    pool["_rank"] = pool.groupby("_group").cumcount()
+    chosen = pool.sort_values(["_rank", "_width"], ascending=[True, False], kind="stable").head(budget)
+    keep = [c for c in chosen.columns if not c.startswith("_") and chosen[c].notna().any()]
+    return chosen[keep].reset_index(drop=True)
+
+
+def measure_sweep(workloads: pd.DataFrame, hardware: str, registry, backend_options: dict | None = None,
+                  progress: bool = True) -> pd.DataFrame:
+    """Measure ``workloads`` on this machine's GPU with the cuda backend (``conf/collect/backend/cuda.yaml`` +
+    ``backend_options``); the GPU found must be ``hardware``. Returns the ok rows as measurements (predict's columns
+    + ``runtime_ms``); error rows (e.g. out of memory) are dropped with a count."""
+    from data.collect import backend_config, collect, make_backends
+    from data.workloads import OPS
+
+    from omegaconf import OmegaConf
+
+    backend = make_backends("cuda", backend_config("cuda"), OmegaConf.create(backend_options or {}), registry)[0]
+    try:
+        found = backend.hardware.id
+    except Exception as exc:  # NoCudaDevice, an unknown GPU name: one line
+        raise CalibrationError(f"--measure: {str(exc).splitlines()[0]}") from None
+    if found != registry.resolve(hardware):
+        raise CalibrationError(f"--measure --hardware {hardware}: the GPU on this machine is {found}")
+    work = [{"op": r["op"], "dtype": r["dtype"], "params": {p: int(r[p]) for p in OPS[r["op"]].params}}
+            for r in workloads.to_dict("records")]
+    rows = collect(backend, work, desc=f"calibrate {found}", progress=progress)
+    ok = rows[rows["status"] == "ok"]
+    cols = ["op", "hardware", "dtype", *[p for p in SHAPE_PARAMS if ok[p].notna().any()], "runtime_ms"]
+    return ok[cols].reset_index(drop=True)
