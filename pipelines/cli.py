@@ -515,6 +515,23 @@ def _add_calibrate(sub) -> None:
     p.set_defaults(func=calibrate)
 
 
+def _add_tune(sub) -> None:
+    """The ``costmodel tune`` options; one left out takes its value from conf/tune.yaml (``pipelines.tune.cli``)."""
+    p = sub.add_parser("tune", help="auto-tune a kernel: --space + --measure command, or replay a --cache")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--space", help="tunables and their values (+ optional restrictions), .yaml or .json")
+    src.add_argument("--cache", help="replay a Kernel Tuner cache (.json / .json.gz) as the measure function")
+    p.add_argument("--measure", help="shell command: reads one config as JSON on stdin, prints its runtime in ms")
+    p.add_argument("--budget", type=float, help="measurements: a count, or a fraction of the space if < 1")
+    p.add_argument("--batch", type=int, help="configurations per round")
+    p.add_argument("--strategy", help="thompson, ei, greedy or random")
+    p.add_argument("--prior", help="measurements elsewhere (.csv/.json/.jsonl: tunables, runtime_ms[, hardware])")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--timeout", type=float, help="seconds per measurement before it fails")
+    p.add_argument("--output", help="write the history here (.csv, .jsonl or .json)")
+    p.set_defaults(func=tune)
+
+
 TRACKING_HELP = "MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db if present)"
 
 
@@ -551,11 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.set_defaults(func=models)
     _add_featurize(sub)
-    p = sub.add_parser("tune", help="auto-tune a kernel: --space + --measure command, or replay a --cache")
-    from pipelines.tune import add_arguments
-
-    add_arguments(p)
-    p.set_defaults(func=tune)
+    _add_tune(sub)
 
     p = sub.add_parser("serve", help="serve a model over REST (MLflow's scoring protocol, one-line error bodies)")
     p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")

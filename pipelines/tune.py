@@ -288,25 +288,6 @@ def run_tune(space: Space, measure: Callable | None = None, budget: float = 50, 
     return TuneRun(history, {c: _plain(best[c]) for c in space.configs.columns}, summary)
 
 
-def add_arguments(p) -> None:
-    """The ``costmodel tune`` options (defaults from conf/tune.yaml)."""
-    d = defaults()
-    from models.tuning import STRATEGIES
-
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--space", help="tunables and their values (+ optional restrictions), .yaml or .json")
-    src.add_argument("--cache", help="replay a Kernel Tuner cache (.json / .json.gz) as the measure function")
-    p.add_argument("--measure", help="shell command: reads one config as JSON on stdin, prints its runtime in ms")
-    p.add_argument("--budget", type=float, default=d["budget"],
-                   help=f"measurements: a count, or a fraction of the space if < 1 (default {d['budget']})")
-    p.add_argument("--batch", type=int, default=d["batch"], help=f"configurations per round (default {d['batch']})")
-    p.add_argument("--strategy", choices=STRATEGIES, default=d["strategy"])
-    p.add_argument("--prior", help="measurements elsewhere (.csv/.json/.jsonl: tunables, runtime_ms[, hardware])")
-    p.add_argument("--seed", type=int, default=d["seed"])
-    p.add_argument("--timeout", type=float, default=d["timeout_s"], help="seconds per measurement before it fails")
-    p.add_argument("--output", help="write the history here (.csv, .jsonl or .json)")
-
-
 def _write_history(history: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".csv":
@@ -362,6 +343,11 @@ def cli(args) -> int:
     """``costmodel tune``: raises ValueError for bad input (the CLI turns it into one error line)."""
     import sys
 
+    d = defaults()  # options left out take conf/tune.yaml's values
+    for option, key in (("budget", "budget"), ("batch", "batch"), ("strategy", "strategy"), ("seed", "seed"),
+                        ("timeout", "timeout_s")):
+        if getattr(args, option) is None:
+            setattr(args, option, d[key])
     run, space = run_from_options(args.space, args.cache, args.measure, args.budget, args.batch, args.strategy,
                                   args.prior, args.seed, args.timeout, args.output,
                                   log=lambda m: print(f"costmodel: warning: {m}", file=sys.stderr))
