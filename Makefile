@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test test-fast lock clean
+.PHONY: run test test-fast lint docs lock clean
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,15 @@ test: $(VENV)/.installed
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow" $(ARGS)
+
+# ruff (lint + format check, configured in pyproject.toml) and the docs site, as CI runs them.
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(or $(TMPDIR),/tmp)/costmodel-site
+
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs serve
 
 # Re-pin the transitive closure after changing pyproject.toml.
 lock: $(VENV)/.installed

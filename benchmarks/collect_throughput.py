@@ -13,6 +13,7 @@ Noise floor of the CPU backend, over the same sweep measured ``--repeats`` times
   * run-to-run CV: std/mean of a workload's ``runtime_ms`` across the repeated sweeps, median over
     workloads. This is the figure that bounds how well any model can predict a CPU timing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,9 +47,15 @@ def backend_from_conf(name: str, overrides: list[str]):
 
 def sweep(workload: str, n: int, seed: int) -> list[dict]:
     wl = OmegaConf.load(GROUPS / "workload" / f"{workload}.yaml")
-    return make_sweep(OmegaConf.to_container(wl.ops), list(wl.dtypes), n=n, kind="sobol", seed=seed,
-                      max_flops=float(wl.get("max_flops", float("inf"))),
-                      max_bytes=float(wl.get("max_bytes", float("inf"))))
+    return make_sweep(
+        OmegaConf.to_container(wl.ops),
+        list(wl.dtypes),
+        n=n,
+        kind="sobol",
+        seed=seed,
+        max_flops=float(wl.get("max_flops", float("inf"))),
+        max_bytes=float(wl.get("max_bytes", float("inf"))),
+    )
 
 
 def main(argv=None) -> None:
@@ -62,7 +69,9 @@ def main(argv=None) -> None:
     ap.add_argument("overrides", nargs="*", help="backend settings, e.g. num_threads=2 timer=blocked")
     args = ap.parse_args(argv)
     work = sweep(args.workload, args.n, args.seed)
-    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    print(
+        f"machine: {platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}"
+    )
     print(f"sweep: workload={args.workload} sobol n={args.n}/op -> {len(work)} configs, engine={args.engine}")
     results, cpu_runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,23 +86,42 @@ def main(argv=None) -> None:
                 t0 = time.perf_counter()
                 stats = run_sweep(backend, work, Path(tmp) / f"{name}-{r}", engine, progress=False)
                 wall = time.perf_counter() - t0
-                results.append({"backend": name, "run": r, "configs": stats["committed"], "errors": stats["errors"],
-                                "seconds": wall, "configs_per_s": stats["committed"] / wall})
+                results.append(
+                    {
+                        "backend": name,
+                        "run": r,
+                        "configs": stats["committed"],
+                        "errors": stats["errors"],
+                        "seconds": wall,
+                        "configs_per_s": stats["committed"] / wall,
+                    }
+                )
                 if name == "cpu":
                     cpu_runs.append(ShardedDataset(Path(tmp) / f"{name}-{r}").read())
     table = pd.DataFrame(results)
     print("\nthroughput (configs/second, shard writes included):")
-    print(table.groupby("backend").agg(configs=("configs", "first"), runs=("run", "count"), errors=("errors", "sum"),
-                                       configs_per_s=("configs_per_s", "median")).to_string(float_format="%.2f"))
+    print(
+        table.groupby("backend")
+        .agg(
+            configs=("configs", "first"),
+            runs=("run", "count"),
+            errors=("errors", "sum"),
+            configs_per_s=("configs_per_s", "median"),
+        )
+        .to_string(float_format="%.2f")
+    )
     if cpu_runs:
         ok = [d[d["status"] == "ok"] for d in cpu_runs]
         within = pd.concat(ok)["runtime_cv"].dropna()
         print(f"\nCPU noise floor over {len(ok[0])} configs x {len(ok)} sweeps:")
-        print(f"  within-measurement CV (runtime_cv, block times): median {within.median():.3f}, "
-              f"p90 {within.quantile(0.9):.3f}")
+        print(
+            f"  within-measurement CV (runtime_cv, block times): median {within.median():.3f}, "
+            f"p90 {within.quantile(0.9):.3f}"
+        )
         if len(ok) > 1:
-            keyed = pd.concat([d.assign(_key=[row_key(x) for x in d.to_dict("records")], run=i)
-                               for i, d in enumerate(ok)])
+            keyed = pd.concat(
+                [d.assign(_key=[row_key(x) for x in d.to_dict("records")], run=i) for i, d in enumerate(ok)]
+            )
             g = keyed.groupby("_key")["runtime_ms"]
             cv = (g.std(ddof=1) / g.mean())[g.count() > 1]
             print(f"  run-to-run CV (runtime_ms across sweeps):  median {cv.median():.3f}, p90 {cv.quantile(0.9):.3f}")

@@ -20,6 +20,7 @@ configurations, and the median ratio ours / reference of runtime and of power (g
 2%, power within 3%), for all rows and for kernels of at least 30 us (below that the reference timed
 back-to-back launches while this backend uses CUDA graphs; ``--graph never`` times like the reference).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,23 @@ import torch  # noqa: E402
 
 DEFAULT_CSV = ROOT.parent / "shared" / "data" / "hopper" / "h200_kernels.csv"
 DTYPES = {"fp32": "float32", "tf32": "tf32", "bf16": "bfloat16", "fp16": "float16"}
-SHAPE_COLS = ["B", "M", "N", "K", "Cin", "Cout", "H", "W", "kernel", "stride", "padding", "heads", "seq",
-              "head_dim", "causal"]
+SHAPE_COLS = [
+    "B",
+    "M",
+    "N",
+    "K",
+    "Cin",
+    "Cout",
+    "H",
+    "W",
+    "kernel",
+    "stride",
+    "padding",
+    "heads",
+    "seq",
+    "head_dim",
+    "causal",
+]
 
 
 def _i(v) -> int:
@@ -56,13 +72,26 @@ def workload(r) -> dict:
     elif op == "linear":
         params = {"m": _i(r["B"]) * _i(r["M"]), "n": _i(r["N"]), "k": _i(r["K"])}
     elif op == "conv2d":
-        params = {"batch": _i(r["B"]), "c_in": _i(r["Cin"]), "c_out": _i(r["Cout"]), "h": _i(r["H"]),
-                  "w": _i(r["W"]), "kernel": _i(r["kernel"]), "stride": _i(r["stride"]), "padding": _i(r["padding"])}
+        params = {
+            "batch": _i(r["B"]),
+            "c_in": _i(r["Cin"]),
+            "c_out": _i(r["Cout"]),
+            "h": _i(r["H"]),
+            "w": _i(r["W"]),
+            "kernel": _i(r["kernel"]),
+            "stride": _i(r["stride"]),
+            "padding": _i(r["padding"]),
+        }
     elif op in ("layernorm", "softmax", "add", "gelu"):
         params = {"m": _i(r["B"]), "n": _i(r["H"])}
     elif op == "sdpa":
-        params = {"batch": _i(r["B"]), "heads": _i(r["heads"]), "seq": _i(r["seq"]), "head_dim": _i(r["head_dim"]),
-                  "causal": _i(r["causal"])}
+        params = {
+            "batch": _i(r["B"]),
+            "heads": _i(r["heads"]),
+            "seq": _i(r["seq"]),
+            "head_dim": _i(r["head_dim"]),
+            "causal": _i(r["causal"]),
+        }
     else:
         raise ValueError(f"unknown op {op!r} in the reference file")
     return {"op": op, "params": params, "dtype": dtype}
@@ -84,8 +113,13 @@ def reference(path: Path) -> pd.DataFrame:
     key = ["op", "dtype", *SHAPE_COLS]
     df[SHAPE_COLS] = df[SHAPE_COLS].fillna(-1)
     g = df.groupby(key, sort=False, dropna=False)
-    out = g.agg(runtime_ms=("runtime_ms", "median"), power_w=("power_w", "median"), flops=("flops", "first"),
-                passes=("runtime_ms", "size"), throttled_ref=("throttled", "max")).reset_index()
+    out = g.agg(
+        runtime_ms=("runtime_ms", "median"),
+        power_w=("power_w", "median"),
+        flops=("flops", "first"),
+        passes=("runtime_ms", "size"),
+        throttled_ref=("throttled", "max"),
+    ).reset_index()
     return out
 
 
@@ -97,7 +131,9 @@ def dry_run(ref: pd.DataFrame) -> int:
     for _, r in ref.iterrows():
         w = workload(r)
         ours = sdpa_flops(w["params"]) if w["op"] == "sdpa" else count_cost(w["op"], w["params"], w["dtype"])[0]
-        if w["op"] in ("matmul", "bmm", "linear", "conv2d", "sdpa") and not math.isclose(ours, r["flops"], rel_tol=0.01):
+        if w["op"] in ("matmul", "bmm", "linear", "conv2d", "sdpa") and not math.isclose(
+            ours, r["flops"], rel_tol=0.01
+        ):
             bad += 1
             print(f"FLOPs differ: {w} ours {ours:.4g} file {r['flops']:.4g}")
     print(f"{len(ref)} configurations mapped; {bad} GEMM/conv/attention FLOP counts differ from the file by > 1%")
@@ -117,9 +153,14 @@ def measure_sdpa(backend, w: dict) -> dict:
         with torch.no_grad(), fp32_math(w["dtype"]):
             q, k, v = (torch.randn(shape, dtype=TORCH_DTYPES[w["dtype"]], device=dev) for _ in range(3))
             timing, reading = backend.measure_fn(
-                lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(p["causal"])))
-        return {"status": "ok", "runtime_ms": timing.runtime_ms, "timing_method": timing.method,
-                **power_fields(reading, timing.runtime_ms)}
+                lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(p["causal"]))
+            )
+        return {
+            "status": "ok",
+            "runtime_ms": timing.runtime_ms,
+            "timing_method": timing.method,
+            **power_fields(reading, timing.runtime_ms),
+        }
     except Exception as exc:
         return {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
     finally:
@@ -134,13 +175,30 @@ def summarise(res: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (op, dt), g in ok.groupby(["op", "dtype"]):
         gl = long[(long["op"] == op) & (long["dtype"] == dt)]
-        rows.append({"op": op, "dtype": dt, "n": len(g), "runtime_ratio": g["rt_ratio"].median(),
-                     "power_ratio": g["pw_ratio"].median(), "n_ge30us": len(gl),
-                     "runtime_ratio_ge30us": gl["rt_ratio"].median() if len(gl) else float("nan"),
-                     "power_ratio_ge30us": gl["pw_ratio"].median() if len(gl) else float("nan")})
-    rows.append({"op": "ALL", "dtype": "", "n": len(ok), "runtime_ratio": ok["rt_ratio"].median(),
-                 "power_ratio": ok["pw_ratio"].median(), "n_ge30us": len(long),
-                 "runtime_ratio_ge30us": long["rt_ratio"].median(), "power_ratio_ge30us": long["pw_ratio"].median()})
+        rows.append(
+            {
+                "op": op,
+                "dtype": dt,
+                "n": len(g),
+                "runtime_ratio": g["rt_ratio"].median(),
+                "power_ratio": g["pw_ratio"].median(),
+                "n_ge30us": len(gl),
+                "runtime_ratio_ge30us": gl["rt_ratio"].median() if len(gl) else float("nan"),
+                "power_ratio_ge30us": gl["pw_ratio"].median() if len(gl) else float("nan"),
+            }
+        )
+    rows.append(
+        {
+            "op": "ALL",
+            "dtype": "",
+            "n": len(ok),
+            "runtime_ratio": ok["rt_ratio"].median(),
+            "power_ratio": ok["pw_ratio"].median(),
+            "n_ge30us": len(long),
+            "runtime_ratio_ge30us": long["rt_ratio"].median(),
+            "power_ratio_ge30us": long["pw_ratio"].median(),
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -171,11 +229,15 @@ def main(argv=None) -> int:
 
     from data.backends.cuda import CudaBackend
 
-    backend = CudaBackend(graph={"auto": "auto", "never": False, "always": True}[args.graph],
-                          power_ticks=args.power_ticks)
+    backend = CudaBackend(
+        graph={"auto": "auto", "never": False, "always": True}[args.graph], power_ticks=args.power_ticks
+    )
     hw = backend.hardware
-    print(f"device: {torch.cuda.get_device_name(0)} -> registry {hw.id}; driver {backend.nvml_power.driver_version}; "
-          f"torch {torch.__version__}; reference {args.csv.name} ({len(ref)} configurations)", flush=True)
+    print(
+        f"device: {torch.cuda.get_device_name(0)} -> registry {hw.id}; driver {backend.nvml_power.driver_version}; "
+        f"torch {torch.__version__}; reference {args.csv.name} ({len(ref)} configurations)",
+        flush=True,
+    )
     results, t0 = [], time.time()
     for i, (_, r) in enumerate(ref.iterrows()):
         w = workload(r)
@@ -183,10 +245,19 @@ def main(argv=None) -> int:
             m = measure_sdpa(backend, w)
         else:
             m = backend.measure(w)
-        results.append({**r.to_dict(), "status": m["status"], "error": m.get("error"),
-                        "runtime_ms_ours": m.get("runtime_ms"), "power_w_ours": m.get("power_w"),
-                        "timing_method": m.get("timing_method"), "power_method": m.get("power_method"),
-                        "sm_clock_mhz": m.get("sm_clock_mhz"), "throttled": m.get("throttled")})
+        results.append(
+            {
+                **r.to_dict(),
+                "status": m["status"],
+                "error": m.get("error"),
+                "runtime_ms_ours": m.get("runtime_ms"),
+                "power_w_ours": m.get("power_w"),
+                "timing_method": m.get("timing_method"),
+                "power_method": m.get("power_method"),
+                "sm_clock_mhz": m.get("sm_clock_mhz"),
+                "throttled": m.get("throttled"),
+            }
+        )
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(ref)} configurations, {time.time() - t0:.0f} s", flush=True)
     res = pd.DataFrame(results)
@@ -199,9 +270,11 @@ def main(argv=None) -> int:
     pd.set_option("display.width", 200)
     print(summary.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     all_row = summary.iloc[-1]
-    print(f"median ratio ours/reference (kernels >= 30 us): runtime {all_row['runtime_ratio_ge30us']:.3f} "
-          f"(goal within 2%), power {all_row['power_ratio_ge30us']:.3f} (goal within 3%); "
-          f"{len(errors)} errors; {time.time() - t0:.0f} s")
+    print(
+        f"median ratio ours/reference (kernels >= 30 us): runtime {all_row['runtime_ratio_ge30us']:.3f} "
+        f"(goal within 2%), power {all_row['power_ratio_ge30us']:.3f} (goal within 3%); "
+        f"{len(errors)} errors; {time.time() - t0:.0f} s"
+    )
     return 0
 
 

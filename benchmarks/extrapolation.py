@@ -12,6 +12,7 @@ MedAPE per GPU, per op family (and per dtype), the physics model's in-domain sha
 of each check, and writes every result to ``<cache>/results_<check>.json`` and a markdown table to
 ``<cache>/results_<check>.md`` (the tables of ``docs/extrapolation.md``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,14 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 import pandas as pd
 
-GOALS = {"a": "MAPE <= 10% and no op family above 15%", "b": "worst GPU MAPE <= 10%", "c": "MAPE <= 10%",
-         "d": "worst GPU MAPE <= 10%", "e": "MAPE <= 15%", "f": "MAPE <= 8% on every GPU with k = 100"}
+GOALS = {
+    "a": "MAPE <= 10% and no op family above 15%",
+    "b": "worst GPU MAPE <= 10%",
+    "c": "MAPE <= 10%",
+    "d": "worst GPU MAPE <= 10%",
+    "e": "MAPE <= 15%",
+    "f": "MAPE <= 8% on every GPU with k = 100",
+}
 MODELS = ("physics", "xgb", "rf", "xgb_residual", "roofline")
 
 
@@ -54,8 +61,10 @@ def load_frames(rows: pd.DataFrame, sources: list[str], cache: Path, registry) -
 
     out = {}
     tag = "_".join(sources)
-    for name, build in (("physics", lambda r: PhysicsFeaturizer(registry).transform(r)),
-                        ("tabular", lambda r: spec_features(r, registry))):
+    for name, build in (
+        ("physics", lambda r: PhysicsFeaturizer(registry).transform(r)),
+        ("tabular", lambda r: spec_features(r, registry)),
+    ):
         path = cache / f"frame_{name}_{tag}.parquet"
         if path.exists():  # reused when it has the rows and the columns today's featurizer writes
             frame = pd.read_parquet(path)
@@ -91,8 +100,13 @@ def candidates(names: list[str], fast: bool):
         if fast and name == "xgb_residual":
             params["base"]["n_estimators"] = 300
         spec = {"_target_": target, **params}
-        out.append(Candidate(name, lambda spec=spec: instantiate(spec, _convert_="all"),
-                             "physics" if name.startswith("physics") else "tabular"))
+        out.append(
+            Candidate(
+                name,
+                lambda spec=spec: instantiate(spec, _convert_="all"),
+                "physics" if name.startswith("physics") else "tabular",
+            )
+        )
     return out
 
 
@@ -153,10 +167,17 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=str(ROOT / "outputs" / "extrapolation"))
     ap.add_argument("--draws", type=int, default=3, help="random k-row draws per GPU in check f")
     ap.add_argument("--fast", action="store_true", help="smaller baselines (rf 100 trees, xgb 300 rounds)")
-    ap.add_argument("--sample-rows", type=int, default=None,
-                    help="keep this many NeuSight rows (seeded random sample; other sources stay whole)")
-    ap.add_argument("--render", action="store_true",
-                    help="only rewrite results_<check>.md from the results_<check>.json already in --cache")
+    ap.add_argument(
+        "--sample-rows",
+        type=int,
+        default=None,
+        help="keep this many NeuSight rows (seeded random sample; other sources stay whole)",
+    )
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="only rewrite results_<check>.md from the results_<check>.json already in --cache",
+    )
     args = ap.parse_args(argv)
     from data.hardware import HardwareRegistry
     from models.extrapolation import CHECKS, NAMES, run_check
@@ -177,7 +198,9 @@ def main(argv=None) -> int:
         for check in checks:
             saved = cache / f"results_{check}.json"
             if saved.exists():
-                (cache / f"results_{check}.md").write_text(markdown(check, json.loads(saved.read_text())["results"]) + "\n")
+                (cache / f"results_{check}.md").write_text(
+                    markdown(check, json.loads(saved.read_text())["results"]) + "\n"
+                )
                 print(f"wrote {cache / f'results_{check}.md'}")
         return 0
     sources = [s.strip() for s in args.sources.split(",")]
@@ -186,13 +209,16 @@ def main(argv=None) -> int:
     frames = load_frames(rows, sources, cache, registry)
     if args.sample_rows:
         neusight = np.flatnonzero(rows["source"].str.startswith("neusight").to_numpy())
-        drop = np.random.default_rng(0).permutation(neusight)[args.sample_rows:]
+        drop = np.random.default_rng(0).permutation(neusight)[args.sample_rows :]
         keep = np.setdiff1d(np.arange(len(rows)), drop)
         rows = rows.iloc[keep].reset_index(drop=True)
         frames = {k: v.iloc[keep].reset_index(drop=True) for k, v in frames.items()}
-    print(f"rows: {len(rows)} ({', '.join(f'{h} {n}' for h, n in rows['hardware'].value_counts().sort_index().items())})"
-          f"; models: {', '.join(names)}{' (--fast)' if args.fast else ''}"
-          f"{f'; NeuSight sampled to {args.sample_rows} rows' if args.sample_rows else ''}", flush=True)
+    print(
+        f"rows: {len(rows)} ({', '.join(f'{h} {n}' for h, n in rows['hardware'].value_counts().sort_index().items())})"
+        f"; models: {', '.join(names)}{' (--fast)' if args.fast else ''}"
+        f"{f'; NeuSight sampled to {args.sample_rows} rows' if args.sample_rows else ''}",
+        flush=True,
+    )
     for check in checks:
         t0 = time.perf_counter()
         results = run_check(check, rows, frames, candidates(names, args.fast), registry, draws=args.draws)
@@ -202,10 +228,19 @@ def main(argv=None) -> int:
             print(f"  {r['model']}{k}  ({r['seconds']:.0f} s)\n{table(r)}")
         print("\n".join(verdict(check, results)), flush=True)
         (cache / f"results_{check}.md").write_text(markdown(check, results) + "\n")
-        (cache / f"results_{check}.json").write_text(json.dumps(
-            {"check": check, "goal": GOALS[check], "fast": args.fast, "sources": sources,
-             "sample_rows": args.sample_rows, "results": results},
-            indent=1))
+        (cache / f"results_{check}.json").write_text(
+            json.dumps(
+                {
+                    "check": check,
+                    "goal": GOALS[check],
+                    "fast": args.fast,
+                    "sources": sources,
+                    "sample_rows": args.sample_rows,
+                    "results": results,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -30,6 +30,7 @@ Published reference (wa-hls4ml paper, its GNN R^2 and transformer SMAPE on its o
 figures as quoted in this repository's README, not re-derived here): R^2 LUT 0.73, FF 0.74, DSP 0.89, BRAM 0.51;
 SMAPE LUT / FF 2.9 %. Not directly comparable: that set holds whole networks; this one single dense layers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,13 @@ from models.tree import XGBoostModel  # noqa: E402
 
 TRANSFORMS = ["log", "log", "log1p", "log1p", "log1p"]  # conf/dataset/wa_hls4ml.yaml
 BASES = [None, None, "dsps_base", "bram18_base", "latency_base"]
-PUBLISHED = {"lut": "R² 0.73, SMAPE 2.9", "ff": "R² 0.74, SMAPE 2.9", "dsp": "R² 0.89", "bram_18k": "R² 0.51",
-             "latency_cycles": "–"}
+PUBLISHED = {
+    "lut": "R² 0.73, SMAPE 2.9",
+    "ff": "R² 0.74, SMAPE 2.9",
+    "dsp": "R² 0.89",
+    "bram_18k": "R² 0.51",
+    "latency_cycles": "–",
+}
 GOALS = "goals on withheld shapes: R² >= 0.98 every target, SMAPE <= 3 % LUT and FF, DSP zero/non-zero accuracy >= 0.99"
 
 
@@ -76,15 +82,47 @@ def models(lower, upper, seed: int) -> dict:
     return {
         "current_xgb": (fpga_features, lambda: XGBoostModel(n_estimators=400, n_jobs=1, random_state=seed, **multi)),
         "xgb_hls4ml": (hls4ml_features, lambda: XGBoostModel(n_estimators=400, n_jobs=1, random_state=seed, **multi)),
-        "hurdle_round1": (round1_features, lambda: HurdleModel(
-            list(FPGA_TARGETS), transform=TRANSFORMS, base_columns=BASES, lower=lower, upper=upper, max_depth=3,
-            n_estimators=800, random_state=seed)),
-        "hurdle_hls4ml": (hls4ml_features, lambda: HurdleModel(
-            list(FPGA_TARGETS), transform=TRANSFORMS, base_columns=BASES, lower=lower, upper=upper, max_depth=3,
-            n_estimators=800, random_state=seed)),
-        "hurdle_regime": (hls4ml_features, lambda: HurdleModel(
-            list(FPGA_TARGETS), transform=TRANSFORMS, base_columns=BASES, lower=lower, upper=upper, max_depth=3,
-            n_estimators=800, random_state=seed, regime_column="fully_parallel", regime_models=LUT_FF_REGIMES)),
+        "hurdle_round1": (
+            round1_features,
+            lambda: HurdleModel(
+                list(FPGA_TARGETS),
+                transform=TRANSFORMS,
+                base_columns=BASES,
+                lower=lower,
+                upper=upper,
+                max_depth=3,
+                n_estimators=800,
+                random_state=seed,
+            ),
+        ),
+        "hurdle_hls4ml": (
+            hls4ml_features,
+            lambda: HurdleModel(
+                list(FPGA_TARGETS),
+                transform=TRANSFORMS,
+                base_columns=BASES,
+                lower=lower,
+                upper=upper,
+                max_depth=3,
+                n_estimators=800,
+                random_state=seed,
+            ),
+        ),
+        "hurdle_regime": (
+            hls4ml_features,
+            lambda: HurdleModel(
+                list(FPGA_TARGETS),
+                transform=TRANSFORMS,
+                base_columns=BASES,
+                lower=lower,
+                upper=upper,
+                max_depth=3,
+                n_estimators=800,
+                random_state=seed,
+                regime_column="fully_parallel",
+                regime_models=LUT_FF_REGIMES,
+            ),
+        ),
     }
 
 
@@ -108,9 +146,12 @@ def main() -> None:
     Y = ok[targets].to_numpy(float)
     lower, upper = fpga_bounds(registry, "xcvu13p", targets)
     feats = {fn: fn(ok) for fn in (fpga_features, round1_features, hls4ml_features)}
-    print(f"machine: {machine()}; {len(rows)} rows, {len(ok)} synthesised, {len(set(layer_shape_groups(ok)))} "
-          f"layer shapes; {args.seeds} seeds (from {args.first_seed}) of held-out layer shapes "
-          f"({args.test_size:.0%})", flush=True)
+    print(
+        f"machine: {machine()}; {len(rows)} rows, {len(ok)} synthesised, {len(set(layer_shape_groups(ok)))} "
+        f"layer shapes; {args.seeds} seeds (from {args.first_seed}) of held-out layer shapes "
+        f"({args.test_size:.0%})",
+        flush=True,
+    )
     records, feas = [], []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         tr, te = held_out_layer_shapes(ok, args.test_size, seed)
@@ -130,23 +171,45 @@ def main() -> None:
                 m = resource_metrics(y, p)
                 nz = y > 0
                 ms = resource_metrics(y[stored], p[stored])
-                records.append({"seed": seed, "model": name, "target": t, "r2": m["r2"], "smape": m["smape"],
-                                "r2_stored": ms["r2"], "smape_stored": ms["smape"], "n_parallel": int((~stored).sum()),
-                                "smape_nonzero": smape(y[nz], p[nz]), "n_zero": int((~nz).sum()),
-                                "zero_accuracy": float(np.mean(nz == (p > 0.5))), "coverage90": float(cover[j]),
-                                "seconds": seconds})
+                records.append(
+                    {
+                        "seed": seed,
+                        "model": name,
+                        "target": t,
+                        "r2": m["r2"],
+                        "smape": m["smape"],
+                        "r2_stored": ms["r2"],
+                        "smape_stored": ms["smape"],
+                        "n_parallel": int((~stored).sum()),
+                        "smape_nonzero": smape(y[nz], p[nz]),
+                        "n_zero": int((~nz).sum()),
+                        "zero_accuracy": float(np.mean(nz == (p > 0.5))),
+                        "coverage90": float(cover[j]),
+                        "seconds": seconds,
+                    }
+                )
         # feasibility on every row of the held-out shapes (failed syntheses included)
         tr_all, te_all = held_out_layer_shapes(rows, args.test_size, seed)
         for fn in (fpga_features, hls4ml_features):
             Xa = fn(rows)
-            clf = FeasibilityClassifier(n_estimators=300, random_state=seed, n_jobs=1).fit(Xa.iloc[tr_all],
-                                                                                          ok_mask[tr_all])
-            feas.append({"seed": seed, "features": fn.__name__,
-                         "balanced_accuracy": balanced_accuracy_score(ok_mask[te_all], clf.predict(Xa.iloc[te_all]))})
+            clf = FeasibilityClassifier(n_estimators=300, random_state=seed, n_jobs=1).fit(
+                Xa.iloc[tr_all], ok_mask[tr_all]
+            )
+            feas.append(
+                {
+                    "seed": seed,
+                    "features": fn.__name__,
+                    "balanced_accuracy": balanced_accuracy_score(ok_mask[te_all], clf.predict(Xa.iloc[te_all])),
+                }
+            )
         done = pd.DataFrame([r for r in records if r["seed"] == seed]).pivot_table(
-            index="model", columns="target", values="r2")
-        print(f"  seed {seed}: held out {', '.join(held)}; R² " + "; ".join(
-            f"{m}: " + " ".join(f"{done.loc[m, t]:.3f}" for t in targets) for m in done.index), flush=True)
+            index="model", columns="target", values="r2"
+        )
+        print(
+            f"  seed {seed}: held out {', '.join(held)}; R² "
+            + "; ".join(f"{m}: " + " ".join(f"{done.loc[m, t]:.3f}" for t in targets) for m in done.index),
+            flush=True,
+        )
     df = pd.DataFrame(records)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -154,25 +217,38 @@ def main() -> None:
     mean = df.groupby(["target", "model"], sort=False).mean(numeric_only=True)
     worst = df.groupby(["target", "model"], sort=False)["r2"].min()
     print(f"\n## Held-out layer shapes, mean of {args.seeds} seeds ({GOALS})\n")
-    print("| target | model | R² (worst seed) | SMAPE % | SMAPE % non-zero truth | zero / non-zero accuracy "
-          "| 90 % coverage | published (wa-hls4ml) |")
+    print(
+        "| target | model | R² (worst seed) | SMAPE % | SMAPE % non-zero truth | zero / non-zero accuracy "
+        "| 90 % coverage | published (wa-hls4ml) |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---|")
     names = list(models(lower, upper, 0))
     for t, name in [(t, name) for t in targets for name in names]:
         r = mean.loc[(t, name)]
         zero = f"{r['zero_accuracy']:.3f}" if t in ("dsp", "bram_18k") else "–"
         cov = f"{r['coverage90']:.2f}" if np.isfinite(r["coverage90"]) else "–"
-        print(f"| {t} | {name} | {r['r2']:.3f} ({worst[(t, name)]:.3f}) | {r['smape']:.1f} | "
-              f"{r['smape_nonzero']:.1f} | {zero} | {cov} | {PUBLISHED[t] if name == 'current_xgb' else ''} |")
-    print("\nthe same, resource strategy with reuse > 1 only (weights stored in BRAM; without the fully parallel "
-          f"designs: {mean['n_parallel'].iloc[0]:.0f} of the test rows per seed on average), R² / SMAPE %:\n")
+        print(
+            f"| {t} | {name} | {r['r2']:.3f} ({worst[(t, name)]:.3f}) | {r['smape']:.1f} | "
+            f"{r['smape_nonzero']:.1f} | {zero} | {cov} | {PUBLISHED[t] if name == 'current_xgb' else ''} |"
+        )
+    print(
+        "\nthe same, resource strategy with reuse > 1 only (weights stored in BRAM; without the fully parallel "
+        f"designs: {mean['n_parallel'].iloc[0]:.0f} of the test rows per seed on average), R² / SMAPE %:\n"
+    )
     print("| model | " + " | ".join(targets) + " |\n|---|" + "---|" * len(targets))
     for name in names:
-        print(f"| {name} | " + " | ".join(f"{mean.loc[(t, name), 'r2_stored']:.3f} / "
-                                          f"{mean.loc[(t, name), 'smape_stored']:.1f}" for t in targets) + " |")
+        print(
+            f"| {name} | "
+            + " | ".join(
+                f"{mean.loc[(t, name), 'r2_stored']:.3f} / {mean.loc[(t, name), 'smape_stored']:.1f}" for t in targets
+            )
+            + " |"
+        )
     fe = pd.DataFrame(feas).groupby("features")["balanced_accuracy"].mean()
-    print("\nfeasibility (balanced accuracy, held-out shapes, all rows): "
-          + ", ".join(f"{k} {v:.3f}" for k, v in fe.items()))
+    print(
+        "\nfeasibility (balanced accuracy, held-out shapes, all rows): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in fe.items())
+    )
     if args.mlflow_uri:
         import mlflow
 
@@ -181,9 +257,13 @@ def main() -> None:
         with mlflow.start_run(run_name="fpga_eval"):
             mlflow.log_params({"seeds": args.seeds, "test_size": args.test_size, "machine": machine()})
             for (t, name), r in mean.iterrows():
-                mlflow.log_metrics({f"{name}.{t}.{c}": float(r[c]) for c in
-                                    ("r2", "smape", "smape_nonzero", "zero_accuracy", "coverage90")
-                                    if np.isfinite(r[c])})
+                mlflow.log_metrics(
+                    {
+                        f"{name}.{t}.{c}": float(r[c])
+                        for c in ("r2", "smape", "smape_nonzero", "zero_accuracy", "coverage90")
+                        if np.isfinite(r[c])
+                    }
+                )
             mlflow.log_metrics({f"feasibility.{k}.balanced_accuracy": float(v) for k, v in fe.items()})
     print(f"\nwritten: {out}/fpga_eval.csv; machine: {machine()}; total {time.perf_counter() - t_start:.0f} s")
 

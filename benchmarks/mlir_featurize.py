@@ -9,6 +9,7 @@
    in-memory caches cleared before every pass, ``--repeats`` passes, and prints the median
    modules per second (and per encoding).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,9 @@ def _sweep(n: int) -> list[dict]:
     """The main job's shape ranges (conf/collect/default.yaml), ``n`` shapes per op."""
     cfg = OmegaConf.load(ROOT / "conf" / "collect" / "default.yaml")
     ops = {op: {**spec, "n": n} for op, spec in OmegaConf.to_container(cfg.sweep.ops).items()}
-    return random_sweep(ops, ["float32", "float16"], seed=0, max_flops=cfg.sweep.max_flops, max_bytes=cfg.sweep.max_bytes)
+    return random_sweep(
+        ops, ["float32", "float16"], seed=0, max_flops=cfg.sweep.max_flops, max_bytes=cfg.sweep.max_bytes
+    )
 
 
 def main() -> None:
@@ -49,8 +52,10 @@ def main() -> None:
         texts.append(export_workload(w["op"], w["params"], w["dtype"]))
         per_op.setdefault(w["op"], []).append(time.perf_counter() - t0)
     all_s = [s for v in per_op.values() for s in v]
-    print(f"export (torch-mlir make_fx + FX importer, linalg-on-tensors): {len(texts)} workloads, "
-          f"median {statistics.median(all_s) * 1e3:.1f} ms per workload")
+    print(
+        f"export (torch-mlir make_fx + FX importer, linalg-on-tensors): {len(texts)} workloads, "
+        f"median {statistics.median(all_s) * 1e3:.1f} ms per workload"
+    )
     for op, v in per_op.items():
         print(f"  {op:10s} median {statistics.median(v) * 1e3:6.1f} ms  (n={len(v)})")
 
@@ -79,8 +84,10 @@ def main() -> None:
         for k in stages:
             stages[k].append(len(texts) / t[k])
     nodes = statistics.median(len(graph.parse_mlir(x).nodes) for x in texts)
-    print(f"parse + featurize (all three encodings, caches cleared): {len(texts)} modules "
-          f"(median {nodes:.0f} ops), median of {args.repeats} passes:")
+    print(
+        f"parse + featurize (all three encodings, caches cleared): {len(texts)} modules "
+        f"(median {nodes:.0f} ops), median of {args.repeats} passes:"
+    )
     for k, v in stages.items():
         print(f"  {k:10s} {statistics.median(v):8.1f} modules/s")
 

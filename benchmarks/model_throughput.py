@@ -30,6 +30,7 @@ timing, as graphs (``GraphEncoder``, hardware = the H100-SXM spec) resp. token s
 each network's summed per-node roofline (throughput does not depend on it). The big batch is the
 networks resampled with replacement (seeded). Torch runs on ``torch.get_num_threads()`` threads (printed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,32 +48,47 @@ sys.path.insert(0, str(ROOT))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
+from timing import timed  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 from data.collect import collect_from_config  # noqa: E402
 from data.hardware import HardwareRegistry  # noqa: E402
 from features.tabular import TabularFeaturizer  # noqa: E402
-from timing import timed  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["rf", "xgb", "roofline", "residual"],
-                    help="also: gnn token_transformer (whole-network models, timed on MLIR graphs / tokens)")
+    ap.add_argument(
+        "--models",
+        nargs="+",
+        default=["rf", "xgb", "roofline", "residual"],
+        help="also: gnn token_transformer (whole-network models, timed on MLIR graphs / tokens)",
+    )
     ap.add_argument("--nn-batches", type=int, nargs="+", default=[1, 1024])
     ap.add_argument("--nn-epochs", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=0.5)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 100_000])
-    ap.add_argument("--overrides", nargs="*", default=[], help="Hydra overrides of conf/run.yaml, e.g. model.rf.n_estimators=100")
+    ap.add_argument(
+        "--overrides", nargs="*", default=[], help="Hydra overrides of conf/run.yaml, e.g. model.rf.n_estimators=100"
+    )
     args = ap.parse_args()
     if all(m in NN_MODELS for m in args.models):  # whole-network models only: skip the tabular data
-        print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
-              f"python {platform.python_version()}, {platform.platform()}")
+        print(
+            f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
+            f"python {platform.python_version()}, {platform.platform()}"
+        )
         return whole_networks(args.models, args)
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("run", overrides=["collect.backends=[sim-roofline]", "progress=false", "model=[rf,xgb,roofline,xgb_residual]",
-                                        *args.overrides])
+        cfg = compose(
+            "run",
+            overrides=[
+                "collect.backends=[sim-roofline]",
+                "progress=false",
+                "model=[rf,xgb,roofline,xgb_residual]",
+                *args.overrides,
+            ],
+        )
     registry = HardwareRegistry.from_dir()
     rows, _ = collect_from_config(cfg.collect, registry, progress=False)
     ok = rows[rows["status"] == "ok"].reset_index(drop=True)
@@ -88,12 +104,18 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(factories)}")
 
-    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
-          f"python {platform.python_version()}, {platform.platform()}")
-    print(f"training rows {len(X)} x {X.shape[1]} features ({ok['hardware'].nunique()} simulated GPUs); "
-          f"median of {args.repeats} repeats (predict: >= {args.min_time} s each)")
-    print(f"{'model':<10}{'fit s':>9}" + "".join(f"{f'ms/call b={b}':>18}{f'rows/s b={b}':>18}" for b in args.batches),
-          flush=True)
+    print(
+        f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
+        f"python {platform.python_version()}, {platform.platform()}"
+    )
+    print(
+        f"training rows {len(X)} x {X.shape[1]} features ({ok['hardware'].nunique()} simulated GPUs); "
+        f"median of {args.repeats} repeats (predict: >= {args.min_time} s each)"
+    )
+    print(
+        f"{'model':<10}{'fit s':>9}" + "".join(f"{f'ms/call b={b}':>18}{f'rows/s b={b}':>18}" for b in args.batches),
+        flush=True,
+    )
     for name in [m for m in args.models if m not in NN_MODELS]:
         fits = []
         for _ in range(args.repeats):
@@ -101,9 +123,14 @@ def main() -> None:
             t0 = time.perf_counter()
             model.fit(X, y)
             fits.append(time.perf_counter() - t0)
-        per_batch = {b: timed(lambda f=frame: model.predict(f), args.min_time, args.repeats) for b, frame in frames.items()}
-        print(f"{name:<10}{statistics.median(fits):>9.2f}"
-              + "".join(f"{s * 1e3:>18.3f}{b / s:>18.0f}" for b, s in per_batch.items()), flush=True)
+        per_batch = {
+            b: timed(lambda f=frame: model.predict(f), args.min_time, args.repeats) for b, frame in frames.items()
+        }
+        print(
+            f"{name:<10}{statistics.median(fits):>9.2f}"
+            + "".join(f"{s * 1e3:>18.3f}{b / s:>18.0f}" for b, s in per_batch.items()),
+            flush=True,
+        )
     nn_models = [m for m in args.models if m in NN_MODELS]
     if nn_models:
         whole_networks(nn_models, args)
@@ -117,11 +144,11 @@ def whole_networks(names: list[str], args) -> None:
     import torch
     from omegaconf import OmegaConf
 
+    from data.collect import network_grid
     from features.encoders import GraphEncoder, TokenEncoder
     from features.mlir.export import export_workload
     from models.gnn import GNNModel
     from models.transformer import TransformerModel
-    from data.collect import network_grid
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("networks")
@@ -129,24 +156,35 @@ def whole_networks(names: list[str], args) -> None:
     texts = [export_workload(w["op"], w["params"], "float32") for w in nets]
     registry = HardwareRegistry.from_dir()
     genc = GraphEncoder(registry, **OmegaConf.to_container(cfg.graph))
-    data = {"gnn": [genc.encode(t, hardware="H100-SXM") for t in texts],
-            "token_transformer": [TokenEncoder().encode(t) for t in texts]}
+    data = {
+        "gnn": [genc.encode(t, hardware="H100-SXM") for t in texts],
+        "token_transformer": [TokenEncoder().encode(t) for t in texts],
+    }
     y = np.array([float(g.roofline_ms.sum()) for g in data["gnn"]])
     rng = np.random.default_rng(0)
     big = rng.integers(0, len(texts), max(args.nn_batches))
-    def params(name):  # the model's hyper-parameters in conf/model/<name>.yaml
-        return {k: v for k, v in OmegaConf.to_container(cfg.model[name], resolve=True).items()
-                if k not in ("_target_", "encoder")}
 
-    factories = {"gnn": lambda: GNNModel(**{**params("gnn"), "epochs": args.nn_epochs}),
-                 "token_transformer": lambda: TransformerModel(**{**params("token_transformer"),
-                                                                  "epochs": args.nn_epochs})}
+    def params(name):  # the model's hyper-parameters in conf/model/<name>.yaml
+        return {
+            k: v
+            for k, v in OmegaConf.to_container(cfg.model[name], resolve=True).items()
+            if k not in ("_target_", "encoder")
+        }
+
+    factories = {
+        "gnn": lambda: GNNModel(**{**params("gnn"), "epochs": args.nn_epochs}),
+        "token_transformer": lambda: TransformerModel(**{**params("token_transformer"), "epochs": args.nn_epochs}),
+    }
     nodes = np.mean([g.num_nodes for g in data["gnn"]])
     toks = np.mean([len(t["ids"]) for t in data["token_transformer"]])
-    print(f"whole networks: {len(texts)} networks of conf/networks.yaml (mean {nodes:.0f} graph nodes, {toks:.0f} "
-          f"tokens), {args.nn_epochs} epochs, torch threads {torch.get_num_threads()}")
+    print(
+        f"whole networks: {len(texts)} networks of conf/networks.yaml (mean {nodes:.0f} graph nodes, {toks:.0f} "
+        f"tokens), {args.nn_epochs} epochs, torch threads {torch.get_num_threads()}"
+    )
     unit = {n: NN_MODELS[n] for n in names}
-    print(f"{'model':<18}{'fit s':>9}" + "".join(f"{f'ms/call b={b}':>18}{f'items/s b={b}':>18}" for b in args.nn_batches))
+    print(
+        f"{'model':<18}{'fit s':>9}" + "".join(f"{f'ms/call b={b}':>18}{f'items/s b={b}':>18}" for b in args.nn_batches)
+    )
     for name in names:
         fits = []
         for _ in range(args.repeats):
@@ -155,11 +193,17 @@ def whole_networks(names: list[str], args) -> None:
             model.fit(data[name], y)
             fits.append(time.perf_counter() - t0)
         X = data[name]
-        per_batch = {b: timed(lambda xs=[X[i] for i in big[:b]]: model.predict(xs), args.min_time, args.repeats)
-                     for b in args.nn_batches}
-        print(f"{name:<18}{statistics.median(fits):>9.2f}"
-              + "".join(f"{s * 1e3:>18.3f}{b / s:>18.1f}" for b, s in per_batch.items()) + f"  ({unit[name]}/s)",
-              flush=True)
+        per_batch = {
+            b: timed(lambda xs=[X[i] for i in big[:b]]: model.predict(xs), args.min_time, args.repeats)
+            for b in args.nn_batches
+        }
+        print(
+            f"{name:<18}{statistics.median(fits):>9.2f}"
+            + "".join(f"{s * 1e3:>18.3f}{b / s:>18.1f}" for b, s in per_batch.items())
+            + f"  ({unit[name]}/s)",
+            flush=True,
+        )
+
 
 if __name__ == "__main__":
     main()

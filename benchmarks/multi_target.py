@@ -14,6 +14,7 @@ two native ``multi_strategy`` settings (one tree per target per round in one boo
 Printed: R^2 on raw counts and SMAPE per target, their mean, and the fit wall time (one fit; noisy on a shared
 machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from data.hardware import HardwareRegistry  # noqa: E402
 from data.importers.wa_hls4ml import import_wa_hls4ml  # noqa: E402
-from models.evaluate import resource_metrics  # noqa: E402
 from features.public_data import fpga_features  # noqa: E402
+from models.evaluate import resource_metrics  # noqa: E402
 from models.public_eval import FPGA_TARGETS, fpga_bounds  # noqa: E402
 from models.splits import held_out_layer_shapes, held_out_precision  # noqa: E402
 from models.tree import RandomForestModel, XGBoostModel  # noqa: E402
@@ -57,26 +58,40 @@ def main() -> None:
     rf = dict(n_estimators=300, n_jobs=args.n_jobs)
     xg = dict(n_estimators=400, n_jobs=args.n_jobs)
     multi = dict(targets=list(FPGA_TARGETS), transform=TRANSFORMS, lower=lower, upper=upper)
-    variants = {"rf per_target": (RandomForestModel, rf, None), "rf multi": (RandomForestModel, rf, multi),
-                "xgb per_target": (XGBoostModel, xg, None),
-                "xgb one_output_per_tree": (XGBoostModel, xg, multi),
-                "xgb multi_output_tree": (XGBoostModel, xg | {"multi_strategy": "multi_output_tree"}, multi)}
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; split {args.split}: "
-          f"{len(tr)} train / {len(te)} test rows")
+    variants = {
+        "rf per_target": (RandomForestModel, rf, None),
+        "rf multi": (RandomForestModel, rf, multi),
+        "xgb per_target": (XGBoostModel, xg, None),
+        "xgb one_output_per_tree": (XGBoostModel, xg, multi),
+        "xgb multi_output_tree": (XGBoostModel, xg | {"multi_strategy": "multi_output_tree"}, multi),
+    }
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; split {args.split}: "
+        f"{len(tr)} train / {len(te)} test rows"
+    )
     print("| variant | fit s | " + " | ".join(f"R2 / SMAPE {t}" for t in FPGA_TARGETS) + " | mean R2 / SMAPE |")
     print("|---|---:|" + "---|" * (len(FPGA_TARGETS) + 1))
     for name, (cls, params, mt) in variants.items():
         t0 = time.perf_counter()
         if mt is None:  # one 1-D model per target, same transform and bound
-            P = np.column_stack([cls(**params, transform=TRANSFORMS[j], lower=lower[j], upper=upper[j])
-                                 .fit(X.iloc[tr], Y[tr, j]).predict(X.iloc[te]) for j in range(len(FPGA_TARGETS))])
+            P = np.column_stack(
+                [
+                    cls(**params, transform=TRANSFORMS[j], lower=lower[j], upper=upper[j])
+                    .fit(X.iloc[tr], Y[tr, j])
+                    .predict(X.iloc[te])
+                    for j in range(len(FPGA_TARGETS))
+                ]
+            )
         else:
             P = cls(**params, **mt).fit(X.iloc[tr], Y[tr]).predict(X.iloc[te])
         seconds = time.perf_counter() - t0
         m = [resource_metrics(Y[te, j], P[:, j]) for j in range(len(FPGA_TARGETS))]
         cells = " | ".join(f"{x['r2']:.3f} / {x['smape']:.1f}" for x in m)
-        print(f"| {name} | {seconds:.1f} | {cells} | {np.mean([x['r2'] for x in m]):.3f} / "
-              f"{np.mean([x['smape'] for x in m]):.1f} |", flush=True)
+        print(
+            f"| {name} | {seconds:.1f} | {cells} | {np.mean([x['r2'] for x in m]):.3f} / "
+            f"{np.mean([x['smape'] for x in m]):.1f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

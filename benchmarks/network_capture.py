@@ -8,6 +8,7 @@ Per model (built under ``torch.device("meta")``: no weights), prints the median 
 calls left unmapped, and the workloads' total FLOPs (``data.workloads.count_cost`` per kernel) next to
 ``FlopCounterMode`` on the whole model: equal when every FLOP-carrying op is mapped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,15 +41,27 @@ def models() -> dict:
         "mobilenet-like": (MobileNet, img),
         "gpt2-124M": (lambda: T.GPT2LMHeadModel(T.GPT2Config()), ids),
         "bert-base": (lambda: T.BertModel(T.BertConfig()), ids),
-        "llama-8-layer": (lambda: T.LlamaForCausalLM(T.LlamaConfig(num_hidden_layers=8, hidden_size=1024,
-                                                                   num_attention_heads=16, num_key_value_heads=4,
-                                                                   intermediate_size=2816, vocab_size=32000)), ids),
+        "llama-8-layer": (
+            lambda: T.LlamaForCausalLM(
+                T.LlamaConfig(
+                    num_hidden_layers=8,
+                    hidden_size=1024,
+                    num_attention_heads=16,
+                    num_key_value_heads=4,
+                    intermediate_size=2816,
+                    vocab_size=32000,
+                )
+            ),
+            ids,
+        ),
     }
 
 
 def flops(rows: pd.DataFrame) -> float:
-    return sum(count_cost(r["op"], {p: int(r[p]) for p in OPS[r["op"]].names if pd.notna(r[p])}, r["dtype"])[0]
-               for _, r in rows.iterrows())
+    return sum(
+        count_cost(r["op"], {p: int(r[p]) for p in OPS[r["op"]].names if pd.notna(r[p])}, r["dtype"])[0]
+        for _, r in rows.iterrows()
+    )
 
 
 def main() -> None:
@@ -57,8 +70,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"# {platform.node()} {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s)")
+    print(
+        f"# {platform.node()} {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s)"
+    )
     todo = models()
     names = args.models or list(todo)
     warm = None
@@ -76,9 +91,11 @@ def main() -> None:
                 rows, unmapped = workloads_from_module(model, (x,))
                 times.append(time.perf_counter() - t0)
         ours, ref = flops(rows), counted_flops(model, (x,))
-        print(f"{name:16s} capture {statistics.median(times):6.2f} s (median of {args.repeats})  kernels {len(rows):4d}"
-              f"  unmapped {sum(c for _, c in unmapped):3d}  workload GFLOP {ours / 1e9:9.2f}"
-              f"  FlopCounterMode GFLOP {ref / 1e9:9.2f}  ratio {ours / ref:.4f}")
+        print(
+            f"{name:16s} capture {statistics.median(times):6.2f} s (median of {args.repeats})  kernels {len(rows):4d}"
+            f"  unmapped {sum(c for _, c in unmapped):3d}  workload GFLOP {ours / 1e9:9.2f}"
+            f"  FlopCounterMode GFLOP {ref / 1e9:9.2f}  ratio {ours / ref:.4f}"
+        )
 
 
 if __name__ == "__main__":

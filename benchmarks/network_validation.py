@@ -25,6 +25,7 @@ and GPT-2 encoders / decoders at small configs, several sizes and batches each, 
 
 Prints what it measured; nothing is cached between machines (the cache key is the CPU id + the settings).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,14 @@ def _hf(kind: str, layers: int, hidden: int, heads: int, seq: int, batch: int):
     import transformers
 
     if kind == "bert":
-        cfg = transformers.BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                                      intermediate_size=4 * hidden, vocab_size=1000, max_position_embeddings=512)
+        cfg = transformers.BertConfig(
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            intermediate_size=4 * hidden,
+            vocab_size=1000,
+            max_position_embeddings=512,
+        )
         cls = transformers.BertModel
     else:
         cfg = transformers.GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, vocab_size=1000, n_positions=512)
@@ -77,25 +84,51 @@ def networks(quick: bool = False) -> list[dict]:
     def add(family, name, spec):
         nets.append({"family": family, "name": name, "build": spec[0], "inputs": spec[1]})
 
-    for b, img, widths, blocks in [(1, 32, (16, 32, 64), (1, 1, 1)), (4, 32, (16, 32, 64), (1, 1, 1)),
-                                   (1, 64, (32, 64, 128), (2, 2, 2)), (2, 64, (16, 32, 64), (2, 2, 2)),
-                                   (8, 32, (32, 64, 128), (1, 1, 1)), (1, 128, (16, 32, 64), (1, 1, 1))]:
-        add("resnet", f"resnet-w{widths[0]}-b{sum(blocks)}-{b}x{img}", _tm("resnet", b, img, widths=widths,
-                                                                           blocks=blocks))
+    for b, img, widths, blocks in [
+        (1, 32, (16, 32, 64), (1, 1, 1)),
+        (4, 32, (16, 32, 64), (1, 1, 1)),
+        (1, 64, (32, 64, 128), (2, 2, 2)),
+        (2, 64, (16, 32, 64), (2, 2, 2)),
+        (8, 32, (32, 64, 128), (1, 1, 1)),
+        (1, 128, (16, 32, 64), (1, 1, 1)),
+    ]:
+        add(
+            "resnet",
+            f"resnet-w{widths[0]}-b{sum(blocks)}-{b}x{img}",
+            _tm("resnet", b, img, widths=widths, blocks=blocks),
+        )
     for b, img in [(1, 32), (4, 32), (1, 64), (2, 64), (8, 32), (1, 128)]:
         add("mobilenet", f"mobilenet-{b}x{img}", _tm("mobilenet", b, img))
-    for b, img, dim, depth, fused in [(1, 32, 64, 2, False), (4, 32, 64, 2, True), (1, 64, 128, 2, False),
-                                      (2, 64, 64, 4, True), (8, 32, 128, 2, False), (1, 128, 64, 2, True)]:
-        add("vit", f"vit-d{dim}x{depth}-{'sdpa' if fused else 'bmm'}-{b}x{img}",
-            _tm("vit", b, img, image=img, dim=dim, depth=depth, heads=4, fused=fused))
+    for b, img, dim, depth, fused in [
+        (1, 32, 64, 2, False),
+        (4, 32, 64, 2, True),
+        (1, 64, 128, 2, False),
+        (2, 64, 64, 4, True),
+        (8, 32, 128, 2, False),
+        (1, 128, 64, 2, True),
+    ]:
+        add(
+            "vit",
+            f"vit-d{dim}x{depth}-{'sdpa' if fused else 'bmm'}-{b}x{img}",
+            _tm("vit", b, img, image=img, dim=dim, depth=depth, heads=4, fused=fused),
+        )
     for kind in ("bert", "gpt2"):
-        for layers, hidden, seq, batch in [(2, 64, 32, 1), (2, 64, 128, 2), (4, 128, 64, 1), (2, 128, 128, 4),
-                                           (4, 64, 256, 1), (2, 256, 32, 2)]:
+        for layers, hidden, seq, batch in [
+            (2, 64, 32, 1),
+            (2, 64, 128, 2),
+            (4, 128, 64, 1),
+            (2, 128, 128, 4),
+            (4, 64, 256, 1),
+            (2, 256, 32, 2),
+        ]:
             add(kind, f"{kind}-l{layers}-h{hidden}-{batch}x{seq}", _hf(kind, layers, hidden, 4, seq, batch))
     if quick:
         seen: dict[str, int] = {}
-        nets = [n for n in nets if seen.setdefault(n["family"], 0) < 2 and not seen.update({n["family"]:
-                                                                                           seen[n["family"]] + 1})]
+        nets = [
+            n
+            for n in nets
+            if seen.setdefault(n["family"], 0) < 2 and not seen.update({n["family"]: seen[n["family"]] + 1})
+        ]
     return nets
 
 
@@ -142,8 +175,15 @@ def measure_network(net: dict, budget_s: float) -> dict:
     x = _inputs(net["inputs"], "cpu")
     with torch.no_grad():
         best, med, blocks = time_call(module, x, budget_s)
-    return {"name": net["name"], "family": net["family"], "runtime_ms": best * 1e3, "median_ms": med * 1e3,
-            "blocks": blocks, "load1": os.getloadavg()[0], "time": time.time()}
+    return {
+        "name": net["name"],
+        "family": net["family"],
+        "runtime_ms": best * 1e3,
+        "median_ms": med * 1e3,
+        "blocks": blocks,
+        "load1": os.getloadavg()[0],
+        "time": time.time(),
+    }
 
 
 def measure_kernel(w: dict, budget_s: float, hardware: str) -> dict:
@@ -156,8 +196,17 @@ def measure_kernel(w: dict, budget_s: float, hardware: str) -> dict:
         fn, inputs, _ = build(w["op"], w["params"], w["dtype"], device="cpu")
         best, med, blocks = time_call(fn, inputs, budget_s)
     flops, nbytes = count_cost(w["op"], w["params"], w["dtype"])
-    return {"op": w["op"], "dtype": w["dtype"], **w["params"], "hardware": hardware, "runtime_ms": best * 1e3,
-            "median_ms": med * 1e3, "blocks": blocks, "flops": flops, "bytes": nbytes}
+    return {
+        "op": w["op"],
+        "dtype": w["dtype"],
+        **w["params"],
+        "hardware": hardware,
+        "runtime_ms": best * 1e3,
+        "median_ms": med * 1e3,
+        "blocks": blocks,
+        "flops": flops,
+        "bytes": nbytes,
+    }
 
 
 def kernels_of(net: dict) -> pd.DataFrame:
@@ -205,8 +254,17 @@ def kernel_key(w: dict) -> str:
 EXTRA_OPS = {
     "batchnorm": {"params": {"batch": [1, 16], "c_in": [4, 256], "h": [4, 64], "w": [4, 64]}},
     "hardtanh": {"params": {"m": [1, 8192], "n": [1, 1024]}},
-    "max_pool2d": {"params": {"batch": [1, 16], "c_in": [4, 256], "h": [8, 128], "w": [8, 128],
-                              "kernel": {"choice": [2, 3]}, "stride": {"choice": [1, 2]}, "padding": {"choice": [0, 1]}}},
+    "max_pool2d": {
+        "params": {
+            "batch": [1, 16],
+            "c_in": [4, 256],
+            "h": [8, 128],
+            "w": [8, 128],
+            "kernel": {"choice": [2, 3]},
+            "stride": {"choice": [1, 2]},
+            "padding": {"choice": [0, 1]},
+        }
+    },
     "copy": {"params": {"m": [1, 8192], "n": [1, 1024]}},
     "embedding": {"params": {"m": [1, 2048], "n": [16, 512], "k": [2, 4096]}},
 }
@@ -219,9 +277,23 @@ def depthwise(n: int, seed: int) -> list[dict]:
     out = []
     for _ in range(n):
         c, hw = int(np.exp(rng.uniform(np.log(4), np.log(385)))), int(np.exp(rng.uniform(np.log(4), np.log(65))))
-        out.append({"op": "conv2d", "dtype": "float32",
-                    "params": {"batch": int(rng.integers(1, 9)), "c_in": c, "c_out": c, "h": hw, "w": hw, "kernel": 3,
-                               "stride": int(rng.choice([1, 2])), "padding": 1, "groups": c}})
+        out.append(
+            {
+                "op": "conv2d",
+                "dtype": "float32",
+                "params": {
+                    "batch": int(rng.integers(1, 9)),
+                    "c_in": c,
+                    "c_out": c,
+                    "h": hw,
+                    "w": hw,
+                    "kernel": 3,
+                    "stride": int(rng.choice([1, 2])),
+                    "padding": 1,
+                    "groups": c,
+                },
+            }
+        )
     return out
 
 
@@ -259,13 +331,19 @@ def _cache(out: Path, name: str, fn):
 # --------------------------------------------------------------------------- scoring
 def scores(pred: np.ndarray, meas: np.ndarray) -> dict:
     ape = np.abs(np.asarray(pred) / np.asarray(meas) - 1) * 100
-    return {"n": len(ape), "medape": float(np.median(ape)), "p90": float(np.quantile(ape, 0.9)),
-            "within5": float(np.mean(ape <= 5) * 100)}
+    return {
+        "n": len(ape),
+        "medape": float(np.median(ape)),
+        "p90": float(np.quantile(ape, 0.9)),
+        "within5": float(np.mean(ape <= 5) * 100),
+    }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="/tmp/compose/netval", help="measurement cache and report (default %(default)s)")
+    parser.add_argument(
+        "--out", default="/tmp/compose/netval", help="measurement cache and report (default %(default)s)"
+    )
     parser.add_argument("--quick", action="store_true", help="2 networks per family, shorter timings")
     parser.add_argument("--net-time", type=float, default=1.0, help="seconds of timing per network measurement")
     parser.add_argument("--kernel-time", type=float, default=0.15, help="seconds of timing per kernel measurement")
@@ -285,8 +363,19 @@ def main(argv=None) -> int:
     nets = networks(args.quick)
     net_time, kernel_time = (0.2, 0.05) if args.quick else (args.net_time, args.kernel_time)
     backend = CpuBackend(num_threads=1, measure_memory=False, energy=False)
-    key = hashlib.sha256(json.dumps(["min-of-blocks-v4", backend.hardware.id, [n["name"] for n in nets], net_time,
-                                     kernel_time, args.sweep, args.seed]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                "min-of-blocks-v4",
+                backend.hardware.id,
+                [n["name"] for n in nets],
+                net_time,
+                kernel_time,
+                args.sweep,
+                args.seed,
+            ]
+        ).encode()
+    ).hexdigest()[:12]
     out = Path(args.out) / key
     out.mkdir(parents=True, exist_ok=True)
     print(f"cpu: {backend.hardware.name} ({backend.hardware.id}); {len(nets)} networks; cache {out}")
@@ -345,8 +434,11 @@ def report(nets, kernels, measured, pass0, pass1, registry, out: Path, seed: int
     )
     from models.tree import XGBoostModel
 
-    both = pass0[["name", "runtime_ms"]].rename(columns={"runtime_ms": "pass0_ms"}).merge(
-        pass1[["name", "runtime_ms"]].rename(columns={"runtime_ms": "pass1_ms"}), on="name")
+    both = (
+        pass0[["name", "runtime_ms"]]
+        .rename(columns={"runtime_ms": "pass0_ms"})
+        .merge(pass1[["name", "runtime_ms"]].rename(columns={"runtime_ms": "pass1_ms"}), on="name")
+    )
     both["measured_ms"] = both[["pass0_ms", "pass1_ms"]].min(axis=1)
     cpu = load_execution()["cpu"]
     floors = fit_floors(measured, registry)
@@ -382,8 +474,11 @@ def report(nets, kernels, measured, pass0, pass1, registry, out: Path, seed: int
         per_net = {}
         for name, g in kf.groupby("network", sort=False):
             g = g.reset_index(drop=True)
-            per_net[name] = {"meas_sum": composed(g, "measured_ms"), "pred_sum": composed(g, "predicted_ms"),
-                             "plain_pred": float(g["predicted_ms"].sum())}
+            per_net[name] = {
+                "meas_sum": composed(g, "measured_ms"),
+                "pred_sum": composed(g, "predicted_ms"),
+                "plain_pred": float(g["predicted_ms"].sum()),
+            }
         y = dict(zip(both["name"], both["measured_ms"]))
         train = [n for n in per_net if net_family[n] != fam]
         test = [n for n in per_net if net_family[n] == fam]
@@ -393,8 +488,13 @@ def report(nets, kernels, measured, pass0, pass1, registry, out: Path, seed: int
             k = np.array([per_net[n][which][1] for n in train])
             consts[which] = fit_overheads(s, k, np.array([y[n] for n in train]), np.array([free[n] for n in train]))
         for n in test:
-            r = {"family": fam, "name": n, "measured_ms": y[n], "kernels": per_net[n]["meas_sum"][1],
-                 "free_ops": free[n]}
+            r = {
+                "family": fam,
+                "name": n,
+                "measured_ms": y[n],
+                "kernels": per_net[n]["meas_sum"][1],
+                "free_ops": free[n],
+            }
             for which, label in (("meas_sum", "composed_measured_kernels"), ("pred_sum", "predicted")):
                 launch, gap, free_op = consts[which]
                 r[label] = per_net[n][which][0] + launch + gap * per_net[n][which][1] + free_op * free[n]
@@ -403,11 +503,16 @@ def report(nets, kernels, measured, pass0, pass1, registry, out: Path, seed: int
             rows.append(r)
     res = pd.DataFrame(rows).merge(both[["name", "pass0_ms", "pass1_ms"]], on="name")
     res.to_csv(out / "predictions.csv", index=False)
-    cols = {"composed_measured_kernels": "composition over measured kernels",
-            "predicted": "kernel model + composition (held-out family)",
-            "plain_sum_predicted": "plain sum of predicted kernels", "pass1_ms": "noise floor (pass 1 vs pass 0)"}
-    lines = ["| family | n | " + " | ".join(f"{v}: MedAPE / p90 / within 5 %" for v in cols.values()) + " |",
-             "|---|---:|" + "---|" * len(cols)]
+    cols = {
+        "composed_measured_kernels": "composition over measured kernels",
+        "predicted": "kernel model + composition (held-out family)",
+        "plain_sum_predicted": "plain sum of predicted kernels",
+        "pass1_ms": "noise floor (pass 1 vs pass 0)",
+    }
+    lines = [
+        "| family | n | " + " | ".join(f"{v}: MedAPE / p90 / within 5 %" for v in cols.values()) + " |",
+        "|---|---:|" + "---|" * len(cols),
+    ]
     for fam in [*families, "all"]:
         part = res if fam == "all" else res[res["family"] == fam]
         cells = []
@@ -420,10 +525,13 @@ def report(nets, kernels, measured, pass0, pass1, registry, out: Path, seed: int
     print(res.groupby("family")[["launch_ms", "gap_ms", "free_op_ms"]].first().to_string())
     s_all = np.array([all_nets[n][0] for n in both["name"]])
     k_all = np.array([all_nets[n][1] for n in both["name"]])
-    launch, gap, free_op = fit_overheads(s_all, k_all, both["measured_ms"].to_numpy(), np.array([free[n] for n in
-                                                                                                  both["name"]]))
-    print(f"eager constants over all {len(both)} networks and their measured kernels (conf/execution.yaml cpu): "
-          f"launch_ms {launch:.6f}, gap_ms {gap:.6f}, free_op_ms {free_op:.6f}")
+    launch, gap, free_op = fit_overheads(
+        s_all, k_all, both["measured_ms"].to_numpy(), np.array([free[n] for n in both["name"]])
+    )
+    print(
+        f"eager constants over all {len(both)} networks and their measured kernels (conf/execution.yaml cpu): "
+        f"launch_ms {launch:.6f}, gap_ms {gap:.6f}, free_op_ms {free_op:.6f}"
+    )
     print(f"per network: {out / 'predictions.csv'}")
 
 

@@ -24,6 +24,7 @@ Per repeat, a call is repeated until at least ``--min-time`` seconds have passed
 time over the number of calls. Printed: the median over repeats of the time per call, predictions/s = batch /
 that median, and the machine (CPU model, cores, load average) the figures were taken on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,15 +53,26 @@ def workloads(n: int, seed: int = 0) -> pd.DataFrame:
     rows = []
     for i in range(n):
         op = OPS[i % len(OPS)]
-        row = {"op": op, "hardware": HARDWARE[rng.integers(len(HARDWARE))],
-               "dtype": ["float32", "float16"][rng.integers(2)]}
+        row = {
+            "op": op,
+            "hardware": HARDWARE[rng.integers(len(HARDWARE))],
+            "dtype": ["float32", "float16"][rng.integers(2)],
+        }
         if op in ("matmul", "linear"):
             row |= {"m": p2(4, 13), "n": p2(4, 13), "k": p2(4, 13)}
         elif op == "bmm":
             row |= {"batch": p2(0, 6), "m": p2(4, 11), "n": p2(4, 11), "k": p2(4, 11)}
         elif op == "conv2d":
-            row |= {"batch": p2(0, 5), "c_in": p2(3, 8), "c_out": p2(3, 8), "h": p2(3, 7), "w": p2(3, 7),
-                    "kernel": 3, "stride": 1, "padding": 1}
+            row |= {
+                "batch": p2(0, 5),
+                "c_in": p2(3, 8),
+                "c_out": p2(3, 8),
+                "h": p2(3, 7),
+                "w": p2(3, 7),
+                "kernel": 3,
+                "stride": 1,
+                "padding": 1,
+            }
         else:
             row |= {"m": p2(4, 13), "n": p2(4, 13)}
         rows.append(row)
@@ -103,14 +115,21 @@ def rest_figures(base: str, frames: dict, path: str, args) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models:/costmodel-runtime@champion")
-    ap.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI")
-                    or f"sqlite:///{(ROOT / 'outputs' / 'mlflow.db').resolve()}")
+    ap.add_argument(
+        "--tracking-uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(ROOT / 'outputs' / 'mlflow.db').resolve()}",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 1000, 100000])
     ap.add_argument("--no-rest", action="store_true", help="skip the REST figures (no server started)")
-    ap.add_argument("--servers", nargs="+", choices=["costmodel", "mlflow"], default=["costmodel", "mlflow"],
-                    help="REST servers to measure (default: both)")
+    ap.add_argument(
+        "--servers",
+        nargs="+",
+        choices=["costmodel", "mlflow"],
+        default=["costmodel", "mlflow"],
+        help="REST servers to measure (default: both)",
+    )
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT))

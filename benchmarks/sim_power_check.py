@@ -9,6 +9,7 @@ runtime, power and energy per call against the file (reference = median over its
 noise floor between the file's two passes. Nothing is fitted: every constant is a spec-sheet value or
 a documented default of ``data/backends/sim_roofline.py``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,7 +20,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import pandas as pd  # noqa: E402
-
 from cuda_power_check import DEFAULT_CSV, SHAPE_COLS, reference, workload  # noqa: E402
 
 
@@ -46,22 +46,35 @@ def main() -> int:
     rows = []
     for _, r in ref.iterrows():
         m = sim.measure(workload(r))
-        rows.append({"op": r["op"], "dtype": r["dtype"],
-                     "runtime_ape": abs(m["runtime_ms"] - r["runtime_ms"]) / r["runtime_ms"],
-                     "power_ape": abs(m["power_w"] - r["power_w"]) / r["power_w"],
-                     "energy_ape": abs(m["energy_j"] * 1e3 - r["power_w"] * r["runtime_ms"]) / (r["power_w"] * r["runtime_ms"])})
+        rows.append(
+            {
+                "op": r["op"],
+                "dtype": r["dtype"],
+                "runtime_ape": abs(m["runtime_ms"] - r["runtime_ms"]) / r["runtime_ms"],
+                "power_ape": abs(m["power_w"] - r["power_w"]) / r["power_w"],
+                "energy_ape": abs(m["energy_j"] * 1e3 - r["power_w"] * r["runtime_ms"])
+                / (r["power_w"] * r["runtime_ms"]),
+            }
+        )
     res = pd.DataFrame(rows)
     g = res.groupby(["op", "dtype"])
-    table = pd.concat([g.size().rename("n"),
-                       (100 * g[["runtime_ape", "power_ape", "energy_ape"]].median()).add_prefix("MedAPE_"),
-                       (100 * g[["power_ape", "energy_ape"]].mean()).add_prefix("MAPE_"),
-                       (100 * noise_floor(DEFAULT_CSV)).add_prefix("noise_")], axis=1).dropna(subset=["n"])
+    table = pd.concat(
+        [
+            g.size().rename("n"),
+            (100 * g[["runtime_ape", "power_ape", "energy_ape"]].median()).add_prefix("MedAPE_"),
+            (100 * g[["power_ape", "energy_ape"]].mean()).add_prefix("MAPE_"),
+            (100 * noise_floor(DEFAULT_CSV)).add_prefix("noise_"),
+        ],
+        axis=1,
+    ).dropna(subset=["n"])
     pd.set_option("display.width", 220)
     print(table.to_string(float_format=lambda x: f"{x:.1f}"))
-    print(f"all {len(res)} configurations: MedAPE runtime {100 * res['runtime_ape'].median():.1f}%, "
-          f"power {100 * res['power_ape'].median():.1f}%, energy {100 * res['energy_ape'].median():.1f}%; "
-          f"MAPE power {100 * res['power_ape'].mean():.1f}%, energy {100 * res['energy_ape'].mean():.1f}% "
-          f"(sim-roofline on the H200-SXM spec vs {DEFAULT_CSV.name}; no fitting)")
+    print(
+        f"all {len(res)} configurations: MedAPE runtime {100 * res['runtime_ape'].median():.1f}%, "
+        f"power {100 * res['power_ape'].median():.1f}%, energy {100 * res['energy_ape'].median():.1f}%; "
+        f"MAPE power {100 * res['power_ape'].mean():.1f}%, energy {100 * res['energy_ape'].mean():.1f}% "
+        f"(sim-roofline on the H200-SXM spec vs {DEFAULT_CSV.name}; no fitting)"
+    )
     return 0
 
 

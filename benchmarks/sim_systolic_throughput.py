@@ -1,7 +1,8 @@
 """Configs/second of the sim-systolic backend (SCALE-Sim) on a seeded GEMM/conv sweep; prints what it measured.
 
-    .venv/bin/python benchmarks/sim_systolic_throughput.py [--hardware TPUv1-like] [--n 8] [--seed 0]
+.venv/bin/python benchmarks/sim_systolic_throughput.py [--hardware TPUv1-like] [--n 8] [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,9 +14,22 @@ from data.backends.sim_systolic import SimSystolicBackend
 from data.hardware import HardwareRegistry
 from data.sweep import random_sweep
 
-OPS = {"matmul": {"n": 0, "params": {"m": [16, 1024], "n": [16, 1024], "k": [16, 1024]}},
-       "conv2d": {"n": 0, "params": {"batch": [1, 4], "c_in": [3, 128], "c_out": [8, 128], "h": [7, 56], "w": [7, 56],
-                                     "kernel": {"choice": [1, 3]}, "stride": {"choice": [1, 2]}, "padding": 1}}}
+OPS = {
+    "matmul": {"n": 0, "params": {"m": [16, 1024], "n": [16, 1024], "k": [16, 1024]}},
+    "conv2d": {
+        "n": 0,
+        "params": {
+            "batch": [1, 4],
+            "c_in": [3, 128],
+            "c_out": [8, 128],
+            "h": [7, 56],
+            "w": [7, 56],
+            "kernel": {"choice": [1, 3]},
+            "stride": {"choice": [1, 2]},
+            "padding": 1,
+        },
+    },
+}
 
 
 def main() -> None:
@@ -36,9 +50,11 @@ def main() -> None:
         assert row["status"] == "ok", row["error"]
         cycles.append(row["latency_cycles"])
     t = np.asarray(times)
-    print(f"sim-systolic on {args.hardware}: {len(work)} configs (matmul + conv2d, seed {args.seed}) in {t.sum():.1f} s "
-          f"= {len(work) / t.sum():.2f} configs/s; per config median {np.median(t):.3f} s, max {t.max():.2f} s; "
-          f"simulated cycles median {np.median(cycles):.0f}")
+    print(
+        f"sim-systolic on {args.hardware}: {len(work)} configs (matmul + conv2d, seed {args.seed}) in {t.sum():.1f} s "
+        f"= {len(work) / t.sum():.2f} configs/s; per config median {np.median(t):.3f} s, max {t.max():.2f} s; "
+        f"simulated cycles median {np.median(cycles):.0f}"
+    )
 
 
 if __name__ == "__main__":

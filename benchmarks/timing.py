@@ -1,4 +1,5 @@
 """Shared timing helper for the benchmark scripts in this folder (run as ``python benchmarks/<name>.py``)."""
+
 from __future__ import annotations
 
 import statistics

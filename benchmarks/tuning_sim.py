@@ -40,6 +40,7 @@ top-1 / top-5 slowdown among the other 90 % (``models.evaluate.topk_slowdown``),
 ``best_measured`` (the best of the 10 % / the best of all) beside ``pick`` (min(best measured, the model's top-1)
 / the best of all: what a tuner that trusts the model for one more measurement ends with).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,12 +59,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from data.hardware import HardwareRegistry  # noqa: E402
 from data.importers import data_root  # noqa: E402
 from data.importers.kerneltuner import import_kerneltuner  # noqa: E402
-from models.evaluate import ranking_metrics  # noqa: E402
 from features.public_data import config_frame, spec_features  # noqa: E402
+from models.evaluate import ranking_metrics  # noqa: E402
 from models.ranking import RankingModel  # noqa: E402
 from models.tree import XGBoostModel  # noqa: E402
-from models.tuning import (CacheSpace, kernel_tuner_run, measurements_to_within,  # noqa: E402
-                           transfer_model_factory, tune)
+from models.tuning import (
+    CacheSpace,
+    kernel_tuner_run,
+    measurements_to_within,  # noqa: E402
+    transfer_model_factory,
+    tune,
+)
 
 TOLERANCES = (0.01, 0.02, 0.05)
 
@@ -72,8 +78,10 @@ def machine() -> str:
     """CPU model, cores, 1-minute load and Python: what the timings in a table ran on."""
     from data.hardware import _cpu_model_name
 
-    return (f"{_cpu_model_name()} ({platform.machine()}), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{_cpu_model_name()} ({platform.machine()}), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def median_steps(values, budget: int) -> str:
@@ -94,53 +102,90 @@ def tuning_part(rows, registry, caches, args, out: Path) -> pd.DataFrame:
         n = len(transfer.runtime_ms)
         budget = int(np.ceil(args.budget * n))
         batch = max(4, int(np.ceil(budget / args.rounds)))
-        print(f"\n{cache} ({hw}, {op}): {n} configurations, best {transfer.best_ms:.4g} ms, budget {budget} "
-              f"({args.budget:.0%}), batch {batch}; spaces built in {time.perf_counter() - t0:.1f} s", flush=True)
-        methods = {"model_thompson_transfer": ("thompson", transfer), "model_ei_transfer": ("ei", transfer),
-                   "model_thompson_alone": ("thompson", alone), "model_ei_alone": ("ei", alone),
-                   "random": ("random", alone)}
+        print(
+            f"\n{cache} ({hw}, {op}): {n} configurations, best {transfer.best_ms:.4g} ms, budget {budget} "
+            f"({args.budget:.0%}), batch {batch}; spaces built in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
+        methods = {
+            "model_thompson_transfer": ("thompson", transfer),
+            "model_ei_transfer": ("ei", transfer),
+            "model_thompson_alone": ("thompson", alone),
+            "model_ei_alone": ("ei", alone),
+            "random": ("random", alone),
+        }
         for seed in range(args.seeds):
             for name, (strategy, space) in methods.items():
                 t0 = time.perf_counter()
-                res = tune(space.features, space.measure, budget, batch, strategy, seed,
-                           model_factory=space.model_factory, prior=space.prior)
-                records.append(_record(cache, name, seed, res.history["runtime_ms"].to_numpy(float),
-                                       transfer.best_ms, budget, time.perf_counter() - t0))
+                res = tune(
+                    space.features,
+                    space.measure,
+                    budget,
+                    batch,
+                    strategy,
+                    seed,
+                    model_factory=space.model_factory,
+                    prior=space.prior,
+                )
+                records.append(
+                    _record(
+                        cache,
+                        name,
+                        seed,
+                        res.history["runtime_ms"].to_numpy(float),
+                        transfer.best_ms,
+                        budget,
+                        time.perf_counter() - t0,
+                    )
+                )
             for strategy in args.kt_strategies:
                 t0 = time.perf_counter()
                 t = kernel_tuner_run(root / "kerneltuner" / f"{cache}.json.gz", strategy, budget, seed, out / "caches")
-                records.append(_record(cache, f"kt_{strategy}", seed, t, transfer.best_ms, budget,
-                                       time.perf_counter() - t0))
+                records.append(
+                    _record(cache, f"kt_{strategy}", seed, t, transfer.best_ms, budget, time.perf_counter() - t0)
+                )
             done = pd.DataFrame([r for r in records if r["cache"] == cache and r["seed"] == seed])
             print(f"  seed {seed}: " + ", ".join(f"{r.method} {r.to_2pct:.0f}" for r in done.itertuples()), flush=True)
     return pd.DataFrame(records)
 
 
 def _record(cache, method, seed, runtimes, best, budget, seconds) -> dict:
-    r = {"cache": cache, "method": method, "seed": seed, "budget": budget, "measured": len(runtimes),
-         "best_found": float(np.nanmin(runtimes)) / best if np.isfinite(runtimes).any() else np.inf,
-         "seconds": seconds}
+    r = {
+        "cache": cache,
+        "method": method,
+        "seed": seed,
+        "budget": budget,
+        "measured": len(runtimes),
+        "best_found": float(np.nanmin(runtimes)) / best if np.isfinite(runtimes).any() else np.inf,
+        "seconds": seconds,
+    }
     for tol in TOLERANCES:
         r[f"to_{round(tol * 100)}pct"] = measurements_to_within(runtimes, best, tol)
     return r
 
 
 def tuning_table(df: pd.DataFrame) -> str:
-    lines = ["| cache | method | to 1 % | to 2 % | to 5 % | within 2 % at budget | best found / best | s per run |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| cache | method | to 1 % | to 2 % | to 5 % | within 2 % at budget | best found / best | s per run |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for (cache, method), g in df.groupby(["cache", "method"], sort=False):
         b = int(g["budget"].iloc[0])
-        lines.append(f"| {cache} | {method} | {median_steps(g['to_1pct'], b)} | {median_steps(g['to_2pct'], b)} | "
-                     f"{median_steps(g['to_5pct'], b)} | {np.isfinite(g['to_2pct']).mean():.0%} | "
-                     f"{g['best_found'].median():.4f} | {g['seconds'].median():.1f} |")
+        lines.append(
+            f"| {cache} | {method} | {median_steps(g['to_1pct'], b)} | {median_steps(g['to_2pct'], b)} | "
+            f"{median_steps(g['to_5pct'], b)} | {np.isfinite(g['to_2pct']).mean():.0%} | "
+            f"{g['best_found'].median():.4f} | {g['seconds'].median():.1f} |"
+        )
     return "\n".join(lines)
 
 
 def tuning_summary(df: pd.DataFrame) -> str:
     """Per method over the caches: in how many every seed got within 2 % at the budget, and the median of the
     per-cache median measurements to 2 % (censored runs count as not reached)."""
-    lines = ["| method | caches with every seed within 2 % | median over caches of the median to 2 % |",
-             "|---|---:|---:|"]
+    lines = [
+        "| method | caches with every seed within 2 % | median over caches of the median to 2 % |",
+        "|---|---:|---:|",
+    ]
     n = df["cache"].nunique()
     for method, g in df.groupby("method", sort=False):
         per_cache = g.groupby("cache")["to_2pct"]
@@ -153,11 +198,14 @@ def tuning_summary(df: pd.DataFrame) -> str:
 def top1_summary(df: pd.DataFrame) -> str:
     """Mean top-1 and pick per method over the GEMM caches and over the convolution caches."""
     df = df.assign(kernel=df["cache"].str.split("/").str[0])
-    lines = ["| method | " + " | ".join(f"{k}: top-1 / pick / worst top-1" for k in sorted(df["kernel"].unique()))
-             + " |", "|---|" + "---|" * df["kernel"].nunique()]
+    lines = [
+        "| method | " + " | ".join(f"{k}: top-1 / pick / worst top-1" for k in sorted(df["kernel"].unique())) + " |",
+        "|---|" + "---|" * df["kernel"].nunique(),
+    ]
     for method, g in df.groupby("method", sort=False):
-        cells = [f"{h['top1'].mean():.3f} / {h['pick'].mean():.3f} / {h['top1'].max():.3f}"
-                 for _, h in g.groupby("kernel")]
+        cells = [
+            f"{h['top1'].mean():.3f} / {h['pick'].mean():.3f} / {h['top1'].max():.3f}" for _, h in g.groupby("kernel")
+        ]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -170,8 +218,9 @@ def top1_part(rows, registry, caches, args) -> pd.DataFrame:
         space = CacheSpace.from_rows(rows, hw, registry, op=op)
         alone = CacheSpace.from_rows(rows, hw, registry, op=op, transfer=False)
         kernel = rows[(rows["op"] == op) & (rows["status"] == "ok")].reset_index(drop=True)
-        hw_cols = [c for c in spec_features(kernel.head(1), registry).columns
-                   if c.startswith("hw_") or c.startswith("op_")]
+        hw_cols = [
+            c for c in spec_features(kernel.head(1), registry).columns if c.startswith("hw_") or c.startswith("op_")
+        ]
         X_cur = pd.concat([config_frame(kernel), spec_features(kernel, registry)[hw_cols]], axis=1)
         y_cur = kernel["runtime_ms"].to_numpy(float)
         mine = np.flatnonzero((kernel["hardware"] == hw).to_numpy())
@@ -187,19 +236,30 @@ def top1_part(rows, registry, caches, args) -> pd.DataFrame:
             preds = {}
             t0 = time.perf_counter()
             cur = XGBoostModel(n_estimators=400, n_jobs=1, random_state=seed)
-            preds["current_xgb_with_others"] = cur.fit(X_cur.iloc[np.concatenate([mine[sup], others])],
-                                                       y_cur[np.concatenate([mine[sup], others])]).predict(
-                X_cur.iloc[mine[test]])
+            preds["current_xgb_with_others"] = cur.fit(
+                X_cur.iloc[np.concatenate([mine[sup], others])], y_cur[np.concatenate([mine[sup], others])]
+            ).predict(X_cur.iloc[mine[test]])
             cur = XGBoostModel(n_estimators=400, n_jobs=1, random_state=seed)
             preds["current_xgb_alone"] = cur.fit(X_cur.iloc[mine[sup]], y[sup]).predict(X_cur.iloc[mine[test]])
             F, A = space.features, alone.features
             preds["prior"] = space.prior[test]
             preds["spec_prior"] = F["prior_rel"].to_numpy()[test]
-            stacked = XGBoostModel(n_estimators=300, learning_rate=0.05, max_depth=6, n_jobs=1, random_state=seed,
-                                   base_columns="prior_base")
+            stacked = XGBoostModel(
+                n_estimators=300,
+                learning_rate=0.05,
+                max_depth=6,
+                n_jobs=1,
+                random_state=seed,
+                base_columns="prior_base",
+            )
             preds["stacked_xgb"] = stacked.fit(F.iloc[sup], y[sup]).predict(F.iloc[test])
-            preds["mixed_xgb_x4"] = np.mean([np.log(transfer_model_factory(seed * 10 + b).fit(F.iloc[sup], y[sup])
-                                                    .predict(F.iloc[test])) for b in range(4)], axis=0)
+            preds["mixed_xgb_x4"] = np.mean(
+                [
+                    np.log(transfer_model_factory(seed * 10 + b).fit(F.iloc[sup], y[sup]).predict(F.iloc[test]))
+                    for b in range(4)
+                ],
+                axis=0,
+            )
             physics = XGBoostModel(n_estimators=300, learning_rate=0.05, max_depth=6, n_jobs=1, random_state=seed)
             preds["physics_xgb_alone"] = physics.fit(A.iloc[sup], y[sup]).predict(A.iloc[test])
             ranker = RankingModel("lambdamart", base_columns="prior_base", random_state=seed)
@@ -208,22 +268,39 @@ def top1_part(rows, registry, caches, args) -> pd.DataFrame:
             for name, p in preds.items():
                 m = ranking_metrics(y[test], p, (1, 5))
                 pick = min(y[sup].min(), y[test][np.argsort(p, kind="stable")[0]]) / y.min()
-                records.append({"cache": cache, "method": name, "seed": seed, "top1": m["top1_slowdown"],
-                                "top5": m["top5_slowdown"], "kendall_tau": m["kendall_tau"],
-                                "best_measured": best_measured, "pick": pick})
-            done = records[-len(preds):]
-            print(f"  {cache} seed {seed}: " + ", ".join(f"{r['method']} {r['top1']:.3f}" for r in done)
-                  + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
+                records.append(
+                    {
+                        "cache": cache,
+                        "method": name,
+                        "seed": seed,
+                        "top1": m["top1_slowdown"],
+                        "top5": m["top5_slowdown"],
+                        "kendall_tau": m["kendall_tau"],
+                        "best_measured": best_measured,
+                        "pick": pick,
+                    }
+                )
+            done = records[-len(preds) :]
+            print(
+                f"  {cache} seed {seed}: "
+                + ", ".join(f"{r['method']} {r['top1']:.3f}" for r in done)
+                + f" ({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
     return pd.DataFrame(records)
 
 
 def top1_table(df: pd.DataFrame) -> str:
-    lines = ["| cache | method | top-1 | top-5 | Kendall tau | best measured | pick | worst top-1 |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| cache | method | top-1 | top-5 | Kendall tau | best measured | pick | worst top-1 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for (cache, method), g in df.groupby(["cache", "method"], sort=False):
-        lines.append(f"| {cache} | {method} | {g['top1'].mean():.3f} | {g['top5'].mean():.3f} | "
-                     f"{g['kendall_tau'].mean():.3f} | {g['best_measured'].mean():.3f} | {g['pick'].mean():.3f} | "
-                     f"{g['top1'].max():.3f} |")
+        lines.append(
+            f"| {cache} | {method} | {g['top1'].mean():.3f} | {g['top5'].mean():.3f} | "
+            f"{g['kendall_tau'].mean():.3f} | {g['best_measured'].mean():.3f} | {g['pick'].mean():.3f} | "
+            f"{g['top1'].max():.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -234,8 +311,10 @@ def log_mlflow(uri: str, tuning: pd.DataFrame | None, top1: pd.DataFrame | None,
     mlflow.set_experiment("tuning_sim")
     with mlflow.start_run(run_name="tuning_sim"):
         mlflow.log_params(params)
-        for frame, cols in ((tuning, ("to_1pct", "to_2pct", "to_5pct", "best_found")),
-                            (top1, ("top1", "top5", "kendall_tau", "pick"))):
+        for frame, cols in (
+            (tuning, ("to_1pct", "to_2pct", "to_5pct", "best_found")),
+            (top1, ("top1", "top5", "kendall_tau", "pick")),
+        ):
             if frame is None:
                 continue
             agg = frame.groupby(["cache", "method"])[list(cols)].median()
@@ -276,8 +355,10 @@ def main() -> None:
     if not args.skip_tuning:
         tuning = tuning_part(rows, registry, caches, args, out)
         tuning.to_csv(out / "tuning_runs.csv", index=False)
-        print(f"\n## Tuning: measurements to reach the cache's best within 1 / 2 / 5 % (median of {args.seeds} seeds), "
-              f"budget {args.budget:.0%} of the space\n")
+        print(
+            f"\n## Tuning: measurements to reach the cache's best within 1 / 2 / 5 % (median of {args.seeds} seeds), "
+            f"budget {args.budget:.0%} of the space\n"
+        )
         print(tuning_table(tuning))
         print("\n" + tuning_summary(tuning))
     if not args.skip_top1:
@@ -288,10 +369,16 @@ def main() -> None:
         print(top1_table(top1))
         print("\n" + top1_summary(top1))
     if args.mlflow_uri:
-        log_mlflow(args.mlflow_uri, tuning, top1, {"seeds": args.seeds, "top1_seeds": args.top1_seeds,
-                                                   "budget": args.budget, "machine": machine()})
-    print(f"\nwritten: {out}/tuning_runs.csv, {out}/top1.csv; machine: {machine()}; "
-          f"total {time.perf_counter() - t0:.0f} s")
+        log_mlflow(
+            args.mlflow_uri,
+            tuning,
+            top1,
+            {"seeds": args.seeds, "top1_seeds": args.top1_seeds, "budget": args.budget, "machine": machine()},
+        )
+    print(
+        f"\nwritten: {out}/tuning_runs.csv, {out}/top1.csv; machine: {machine()}; "
+        f"total {time.perf_counter() - t0:.0f} s"
+    )
 
 
 if __name__ == "__main__":

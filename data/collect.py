@@ -7,6 +7,7 @@
 * :func:`collect_networks` / :func:`collect_cached`: whole networks and their distinct layers on one backend, with an
   optional on-disk cache so every trial of a sweep sees the same timings.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,8 @@ import hashlib
 import itertools
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -28,8 +29,10 @@ def collect(backend, workloads: list[dict], desc: str | None = None, progress: b
     from data.engine import safe_measure
 
     register_backend(backend.name)
-    rows = [safe_measure(backend, w) for w in tqdm(workloads, desc=desc or backend.name, disable=not progress,
-                                                   unit="cfg", dynamic_ncols=True)]
+    rows = [
+        safe_measure(backend, w)
+        for w in tqdm(workloads, desc=desc or backend.name, disable=not progress, unit="cfg", dynamic_ncols=True)
+    ]
     return validate(pd.DataFrame(rows))
 
 
@@ -107,8 +110,9 @@ def network_grid(spec: dict) -> list[dict]:
     return out
 
 
-def collect_networks(networks: list[dict], backend, dtype: str = "float32",
-                     annotate: Callable[[dict], dict] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def collect_networks(
+    networks: list[dict], backend, dtype: str = "float32", annotate: Callable[[dict], dict] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measure the networks and every distinct layer of them (``data.networks.layers``).
 
     Returns (network rows + ``annotate(workload)``'s columns (e.g. the MLIR text) + ``layer_ids``: the JSON list of
@@ -139,13 +143,22 @@ def collect_networks(networks: list[dict], backend, dtype: str = "float32",
 def cache_key(networks: list[dict], backend, dtype: str = "float32") -> str:
     """sha256 (16 hex) of what decides the measurements: the network list, the dtype, the backend's timing settings
     and the CPU it runs on (``backend.hardware.id``: CPU model and thread count)."""
-    ident = {"networks": networks, "dtype": dtype, "hardware": backend.hardware.id,
-             "backend": {k: getattr(backend, k, None) for k in ("num_threads", "min_run_time", "warmup")}}
+    ident = {
+        "networks": networks,
+        "dtype": dtype,
+        "hardware": backend.hardware.id,
+        "backend": {k: getattr(backend, k, None) for k in ("num_threads", "min_run_time", "warmup")},
+    }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def collect_cached(networks: list[dict], backend, cache_dir: Path | None, dtype: str = "float32",
-                   annotate: Callable[[dict], dict] | None = None):
+def collect_cached(
+    networks: list[dict],
+    backend,
+    cache_dir: Path | None,
+    dtype: str = "float32",
+    annotate: Callable[[dict], dict] | None = None,
+):
     """:func:`collect_networks` (``annotate``: extra columns per network, e.g. its MLIR) and the backend's hardware spec
     (a CPU's peak FLOP/s and bandwidth are *measured* at detection, ``data.hardware.detect_cpu``), or their earlier
     result from ``<cache_dir>/{networks,layers}-<key>.parquet`` + ``hardware-<key>.json`` (:func:`cache_key`; written
@@ -157,8 +170,10 @@ def collect_cached(networks: list[dict], backend, cache_dir: Path | None, dtype:
     if cache_dir is None:
         return (*collect_networks(networks, backend, dtype, annotate), backend.hardware, False)
     key = cache_key(networks, backend, dtype)
-    paths = {k: cache_dir / f"{k}-{key}.{'json' if k == 'hardware' else 'parquet'}"
-             for k in ("networks", "layers", "hardware")}
+    paths = {
+        k: cache_dir / f"{k}-{key}.{'json' if k == 'hardware' else 'parquet'}"
+        for k in ("networks", "layers", "hardware")
+    }
     if all(p.exists() for p in paths.values()):
         spec = HardwareSpec.from_dict(json.loads(paths["hardware"].read_text()))
         return pd.read_parquet(paths["networks"]), pd.read_parquet(paths["layers"]), spec, True

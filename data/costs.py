@@ -27,6 +27,7 @@ divide a transformer's width) and, where the device's memory is known, no tensor
 than that memory: a tensor that cannot exist on the device is refused naming it, its size and the memory. Each
 problem is one line that echoes at most :data:`ECHO_CHARS` characters of the input.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,7 +57,7 @@ def echo(value, limit: int = ECHO_CHARS) -> str:
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, str) and len(value) > limit:
-        text = f"{repr(value[:limit])[:limit + 2]}... ({len(value)} characters)"
+        text = f"{repr(value[:limit])[: limit + 2]}... ({len(value)} characters)"
     else:
         text = repr(value)
         if len(text) > limit:
@@ -82,6 +83,7 @@ def fmt_dim(x: float) -> str:
 class Form:
     """An op's closed forms over arrays of its shape parameters (float64, one entry per row; optional parameters at
     their effective values, :func:`with_defaults`)."""
+
     flops: Callable[[Params], np.ndarray]
     tensors: Callable[[Params], list]  # [(name, (dim arrays), counted in bytes[, bytes per element])]
 
@@ -108,25 +110,43 @@ def _gemm_tensors(p):
 
 def _bmm_tensors(p):
     b = p["batch"]
-    return [_tensor("A", (b, p["m"], p["k"])), _tensor("B", (b, p["k"], p["n"])),
-            _tensor("output", (b, p["m"], p["n"]))]
+    return [
+        _tensor("A", (b, p["m"], p["k"])),
+        _tensor("B", (b, p["k"], p["n"])),
+        _tensor("output", (b, p["m"], p["n"])),
+    ]
 
 
 def _linear_tensors(p):
-    return [_tensor("input", (p["m"], p["k"])), _tensor("weight", (p["n"], p["k"])), _tensor("bias", (p["n"],)),
-            _tensor("output", (p["m"], p["n"]))]
+    return [
+        _tensor("input", (p["m"], p["k"])),
+        _tensor("weight", (p["n"], p["k"])),
+        _tensor("bias", (p["n"],)),
+        _tensor("output", (p["m"], p["n"])),
+    ]
 
 
 def _conv_tensors(p):
     """A grouped conv's weight is [c_out, c_in / groups, kernel, kernel] (depthwise: c_in / groups = 1)."""
     b, ci, co, k = p["batch"], p["c_in"], p["c_out"], p["kernel"]
-    return [_tensor("input", (b, ci, p["h"], p["w"])), _tensor("weight", (co, ci / p["groups"], k, k)),
-            _tensor("bias", (co,)), _tensor("output", (b, co, _conv_out(p, "h"), _conv_out(p, "w")))]
+    return [
+        _tensor("input", (b, ci, p["h"], p["w"])),
+        _tensor("weight", (co, ci / p["groups"], k, k)),
+        _tensor("bias", (co,)),
+        _tensor("output", (b, co, _conv_out(p, "h"), _conv_out(p, "w"))),
+    ]
 
 
 def _conv_flops(p):
-    return (2 * p["batch"] * p["c_out"] * _conv_out(p, "h") * _conv_out(p, "w") * (p["c_in"] / p["groups"])
-            * p["kernel"] ** 2)
+    return (
+        2
+        * p["batch"]
+        * p["c_out"]
+        * _conv_out(p, "h")
+        * _conv_out(p, "w")
+        * (p["c_in"] / p["groups"])
+        * p["kernel"] ** 2
+    )
 
 
 def _pool_tensors(p):
@@ -142,8 +162,11 @@ def _adaptive_pool_tensors(p):
 def _batchnorm_tensors(p):
     """Inference batchnorm: x, y and four per-channel vectors (weight, bias, running mean and variance)."""
     x = (p["batch"], p["c_in"], p["h"], p["w"])
-    return [_tensor("input", x), *(_tensor(name, (p["c_in"],)) for name in ("weight", "bias", "running_mean",
-                                                                             "running_var")), _tensor("output", x)]
+    return [
+        _tensor("input", x),
+        *(_tensor(name, (p["c_in"],)) for name in ("weight", "bias", "running_mean", "running_var")),
+        _tensor("output", x),
+    ]
 
 
 def _rmsnorm_tensors(p):
@@ -152,8 +175,11 @@ def _rmsnorm_tensors(p):
 
 def _embedding_tensors(p):
     """int64 ids [m], the table rows a lookup can touch (min(m, k) of the k) and the output [m, n]."""
-    return [_tensor("ids", (p["m"],), dtype="int64"), _tensor("weight", (np.minimum(p["m"], p["k"]), p["n"])),
-            _tensor("output", (p["m"], p["n"]))]
+    return [
+        _tensor("ids", (p["m"],), dtype="int64"),
+        _tensor("weight", (np.minimum(p["m"], p["k"]), p["n"])),
+        _tensor("output", (p["m"], p["n"])),
+    ]
 
 
 def _ewise_tensors(p):
@@ -167,8 +193,12 @@ def _mn(*names):
 
 
 def _layernorm_tensors(p):
-    return [_tensor("input", (p["m"], p["n"])), _tensor("weight", (p["n"],)), _tensor("bias", (p["n"],)),
-            _tensor("output", (p["m"], p["n"]))]
+    return [
+        _tensor("input", (p["m"], p["n"])),
+        _tensor("weight", (p["n"],)),
+        _tensor("bias", (p["n"],)),
+        _tensor("output", (p["m"], p["n"])),
+    ]
 
 
 def _reduce_tensors(p):
@@ -188,8 +218,13 @@ def _zero(p):
 
 def _network(inputs, weights, activation, output):
     def tensors(p):
-        return [_tensor("input", inputs(p)), _tensor("weights", (weights(p),)),
-                _tensor("activation", activation(p), counted=False), _tensor("output", output(p))]
+        return [
+            _tensor("input", inputs(p)),
+            _tensor("weights", (weights(p),)),
+            _tensor("activation", activation(p), counted=False),
+            _tensor("output", output(p)),
+        ]
+
     return tensors
 
 
@@ -233,36 +268,77 @@ FORMS: dict[str, Form] = {
     "layernorm": Form(_zero, _layernorm_tensors),
     "softmax": Form(_zero, _mn("input", "output")),
     **{op: Form(_zero, _mn("x", "y", "output")) for op in ("add", "mul", "div", "pow")},
-    **{op: Form(_zero, _mn("input", "output"))
-       for op in ("copy", "gelu", "relu", "tanh", "silu", "sigmoid", "hardtanh", "add_scalar", "mul_scalar",
-                  "div_scalar", "pow_scalar")},
+    **{
+        op: Form(_zero, _mn("input", "output"))
+        for op in (
+            "copy",
+            "gelu",
+            "relu",
+            "tanh",
+            "silu",
+            "sigmoid",
+            "hardtanh",
+            "add_scalar",
+            "mul_scalar",
+            "div_scalar",
+            "pow_scalar",
+        )
+    },
     "ewise": Form(_zero, _ewise_tensors),
     **{op: Form(_zero, _reduce_tensors) for op in ("sum", "mean", "max")},
     "sdpa": Form(lambda p: 4 * p["batch"] * p["heads"] * p["seq_len"] * p["kv_len"] * p["head_dim"], _sdpa_tensors),
-    "mlp": Form(lambda p: 2 * p["depth"] * p["batch"] * p["width"] ** 2,
-                _network(lambda p: (p["batch"], p["width"]), lambda p: p["depth"] * (p["width"] ** 2 + p["width"]),
-                         lambda p: (p["batch"], p["width"]), lambda p: (p["batch"], p["width"]))),
-    "cnn": Form(lambda p: _cnn(p)[0],
-                _network(lambda p: (p["batch"], 3 + 0 * p["h"], p["h"], p["h"]), lambda p: _cnn(p)[1],
-                         lambda p: (_cnn(p)[2],), lambda p: (p["batch"], 10 + 0 * p["batch"]))),
-    "transformer": Form(lambda p: p["depth"] * (24 * p["batch"] * p["seq_len"] * p["width"] ** 2
-                                                + 4 * p["batch"] * p["seq_len"] ** 2 * p["width"]),
-                        _network(lambda p: (p["batch"], p["seq_len"], p["width"]),
-                                 lambda p: p["depth"] * (12 * p["width"] ** 2 + 13 * p["width"]),
-                                 lambda p: (p["batch"], p["seq_len"], 4 * p["width"]),
-                                 lambda p: (p["batch"], p["seq_len"], p["width"]))),
-    "resnet": Form(lambda p: (54 * p["batch"] * p["width"] * p["h"] ** 2
-                              + 36 * p["depth"] * p["batch"] * p["width"] ** 2 * p["h"] ** 2
-                              + 20 * p["batch"] * p["width"]),
-                   _network(lambda p: (p["batch"], 3 + 0 * p["h"], p["h"], p["h"]),
-                            lambda p: 28 * p["width"] + p["depth"] * 2 * (9 * p["width"] ** 2 + p["width"])
-                            + 10 * p["width"] + 10,
-                            lambda p: (p["batch"], p["width"], p["h"], p["h"]),
-                            lambda p: (p["batch"], 10 + 0 * p["batch"]))),
-    "gated_mlp": Form(lambda p: 12 * p["depth"] * p["batch"] * p["width"] ** 2,
-                      _network(lambda p: (p["batch"], p["width"]),
-                               lambda p: p["depth"] * (6 * p["width"] ** 2 + 5 * p["width"]),
-                               lambda p: (p["batch"], 2 * p["width"]), lambda p: (p["batch"], p["width"]))),
+    "mlp": Form(
+        lambda p: 2 * p["depth"] * p["batch"] * p["width"] ** 2,
+        _network(
+            lambda p: (p["batch"], p["width"]),
+            lambda p: p["depth"] * (p["width"] ** 2 + p["width"]),
+            lambda p: (p["batch"], p["width"]),
+            lambda p: (p["batch"], p["width"]),
+        ),
+    ),
+    "cnn": Form(
+        lambda p: _cnn(p)[0],
+        _network(
+            lambda p: (p["batch"], 3 + 0 * p["h"], p["h"], p["h"]),
+            lambda p: _cnn(p)[1],
+            lambda p: (_cnn(p)[2],),
+            lambda p: (p["batch"], 10 + 0 * p["batch"]),
+        ),
+    ),
+    "transformer": Form(
+        lambda p: (
+            p["depth"]
+            * (24 * p["batch"] * p["seq_len"] * p["width"] ** 2 + 4 * p["batch"] * p["seq_len"] ** 2 * p["width"])
+        ),
+        _network(
+            lambda p: (p["batch"], p["seq_len"], p["width"]),
+            lambda p: p["depth"] * (12 * p["width"] ** 2 + 13 * p["width"]),
+            lambda p: (p["batch"], p["seq_len"], 4 * p["width"]),
+            lambda p: (p["batch"], p["seq_len"], p["width"]),
+        ),
+    ),
+    "resnet": Form(
+        lambda p: (
+            54 * p["batch"] * p["width"] * p["h"] ** 2
+            + 36 * p["depth"] * p["batch"] * p["width"] ** 2 * p["h"] ** 2
+            + 20 * p["batch"] * p["width"]
+        ),
+        _network(
+            lambda p: (p["batch"], 3 + 0 * p["h"], p["h"], p["h"]),
+            lambda p: 28 * p["width"] + p["depth"] * 2 * (9 * p["width"] ** 2 + p["width"]) + 10 * p["width"] + 10,
+            lambda p: (p["batch"], p["width"], p["h"], p["h"]),
+            lambda p: (p["batch"], 10 + 0 * p["batch"]),
+        ),
+    ),
+    "gated_mlp": Form(
+        lambda p: 12 * p["depth"] * p["batch"] * p["width"] ** 2,
+        _network(
+            lambda p: (p["batch"], p["width"]),
+            lambda p: p["depth"] * (6 * p["width"] ** 2 + 5 * p["width"]),
+            lambda p: (p["batch"], 2 * p["width"]),
+            lambda p: (p["batch"], p["width"]),
+        ),
+    ),
 }
 
 
@@ -272,8 +348,10 @@ def has_closed_form(op: str) -> bool:
 
 def _form(op: str) -> Form:
     if op not in FORMS:
-        raise NotImplementedError(f"op {op!r} has no closed form in data/costs.py FORMS: add its FLOPs and tensors "
-                                  "there (tests/test_costs.py checks them against count_cost)")
+        raise NotImplementedError(
+            f"op {op!r} has no closed form in data/costs.py FORMS: add its FLOPs and tensors "
+            "there (tests/test_costs.py checks them against count_cost)"
+        )
     return FORMS[op]
 
 
@@ -330,8 +408,9 @@ def op_costs(op: str, params: Params, itemsize) -> tuple[np.ndarray, np.ndarray]
         return flops, np.asarray(nbytes * np.ones_like(itemsize), float)
 
 
-def costs(ops, params: Params, dtypes, groups: tuple[np.ndarray, Sequence[str]] | None = None
-          ) -> tuple[np.ndarray, np.ndarray]:
+def costs(
+    ops, params: Params, dtypes, groups: tuple[np.ndarray, Sequence[str]] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(flops, bytes)`` per row of mixed ops: ``ops`` and ``dtypes`` arrays of names, ``params`` arrays per shape
     parameter (valid shapes; an op's unused parameters are ignored, an optional one missing, NaN or 0 is its
     default). Rows are grouped by op (``groups``: the ``(codes, names)`` of ``pd.factorize(ops)`` where the caller
@@ -437,9 +516,14 @@ def first_problem(problems: Sequence[Problem]) -> tuple[int, str] | None:
     return None if best is None else (best[0], best[1](best[0]))
 
 
-def shape_problems(op: str, raw: Mapping[str, np.ndarray], n: int, dtypes: np.ndarray | None = None,
-                   memory_gb: np.ndarray | None = None, hardware: np.ndarray | None = None
-                   ) -> tuple[dict[str, np.ndarray], list[Problem]]:
+def shape_problems(
+    op: str,
+    raw: Mapping[str, np.ndarray],
+    n: int,
+    dtypes: np.ndarray | None = None,
+    memory_gb: np.ndarray | None = None,
+    hardware: np.ndarray | None = None,
+) -> tuple[dict[str, np.ndarray], list[Problem]]:
     """Check ``n`` rows of one ``op``: ``raw`` holds the user's values per shape parameter (a missing column is
     missing everywhere). Returns the parameters as float64 arrays (optional ones at their effective values,
     :func:`with_defaults`) and the problems found, in the order a row's problems are reported: each required
@@ -455,17 +539,39 @@ def shape_problems(op: str, raw: Mapping[str, np.ndarray], n: int, dtypes: np.nd
     for name in spec.names:
         values, bad = numbers_of(raw[name]) if name in raw else (np.full(n, np.nan), np.zeros(n, bool))
         column = raw.get(name)
-        problems.append((bad, lambda i, name=name, column=column:
-                         f"op {op!r}: shape parameter {name!r} must be {value_problem(column[i])}"))
+        problems.append(
+            (
+                bad,
+                lambda i, name=name, column=column: (
+                    f"op {op!r}: shape parameter {name!r} must be {value_problem(column[i])}"
+                ),
+            )
+        )
         if name not in optional:
-            problems.append((np.isnan(values) & ~bad, lambda i, name=name:
-                             f"op {op!r} needs shape parameter {name!r} (needs {needs})"))
-        problems.append((values >= BEYOND_INT64, lambda i, name=name, values=values:
-                         f"op {op!r}: shape parameter {name!r} = {values[i]:.3g} is beyond int64 (max {INT64_MAX})"))
+            problems.append(
+                (
+                    np.isnan(values) & ~bad,
+                    lambda i, name=name: f"op {op!r} needs shape parameter {name!r} (needs {needs})",
+                )
+            )
+        problems.append(
+            (
+                values >= BEYOND_INT64,
+                lambda i, name=name, values=values: (
+                    f"op {op!r}: shape parameter {name!r} = {values[i]:.3g} is beyond int64 (max {INT64_MAX})"
+                ),
+            )
+        )
         lowest = 0 if name in ZERO_OK or name in optional else 1
-        problems.append((values < lowest, lambda i, name=name, values=values:
-                         f"op {op!r}: shape parameter {name!r} must be >= {0 if name in ZERO_OK else 1}, "
-                         f"got {int(values[i])}"))
+        problems.append(
+            (
+                values < lowest,
+                lambda i, name=name, values=values: (
+                    f"op {op!r}: shape parameter {name!r} must be >= {0 if name in ZERO_OK else 1}, "
+                    f"got {int(values[i])}"
+                ),
+            )
+        )
         p[name] = values
     with np.errstate(all="ignore"):
         p = with_defaults(op, p)
@@ -487,31 +593,78 @@ def _constraints(op: str, p: Params) -> list[Problem]:
     if op == "conv2d":
         span = p["dilation"] * (p["kernel"] - 1) + 1
         for side in ("h", "w"):
-            out.append((p[side] + 2 * p["padding"] < span, lambda i, side=side: "op 'conv2d': " + (
-                f"kernel {at('kernel', i)}" if at("dilation", i) == 1 else f"dilated kernel span {int(span[i])}")
-                + f" larger than padded input {side}={at(side, i)}"))
-        out.append(((np.fmod(p["c_in"], p["groups"]) > 0) | (np.fmod(p["c_out"], p["groups"]) > 0), lambda i:
+            out.append(
+                (
+                    p[side] + 2 * p["padding"] < span,
+                    lambda i, side=side: (
+                        "op 'conv2d': "
+                        + (
+                            f"kernel {at('kernel', i)}"
+                            if at("dilation", i) == 1
+                            else f"dilated kernel span {int(span[i])}"
+                        )
+                        + f" larger than padded input {side}={at(side, i)}"
+                    ),
+                )
+            )
+        out.append(
+            (
+                (np.fmod(p["c_in"], p["groups"]) > 0) | (np.fmod(p["c_out"], p["groups"]) > 0),
+                lambda i: (
                     f"op 'conv2d': c_in {at('c_in', i)} and c_out {at('c_out', i)} must be multiples of groups "
-                    f"{at('groups', i)}"))
+                    f"{at('groups', i)}"
+                ),
+            )
+        )
     if op in ("max_pool2d", "avg_pool2d"):
-        out.append((2 * p["padding"] > p["kernel"], lambda i: f"op {op!r}: padding {at('padding', i)} must be at "
-                                                             f"most half the kernel {at('kernel', i)}"))
+        out.append(
+            (
+                2 * p["padding"] > p["kernel"],
+                lambda i: f"op {op!r}: padding {at('padding', i)} must be at most half the kernel {at('kernel', i)}",
+            )
+        )
         for side in ("h", "w"):
-            out.append((p[side] + 2 * p["padding"] < p["kernel"], lambda i, side=side:
-                        f"op {op!r}: kernel {at('kernel', i)} larger than padded input {side}={at(side, i)}"))
+            out.append(
+                (
+                    p[side] + 2 * p["padding"] < p["kernel"],
+                    lambda i, side=side: (
+                        f"op {op!r}: kernel {at('kernel', i)} larger than padded input {side}={at(side, i)}"
+                    ),
+                )
+            )
     if op == "ewise":
-        out.append((p["inputs"] > MAX_EWISE_INPUTS, lambda i: f"op 'ewise': inputs must be 0..{MAX_EWISE_INPUTS}, "
-                                                              f"got {fmt_dim(p['inputs'][i])}"))
+        out.append(
+            (
+                p["inputs"] > MAX_EWISE_INPUTS,
+                lambda i: f"op 'ewise': inputs must be 0..{MAX_EWISE_INPUTS}, got {fmt_dim(p['inputs'][i])}",
+            )
+        )
     if "causal" in p:
-        out.append(((p["causal"] != 0) & (p["causal"] != 1) & ~np.isnan(p["causal"]), lambda i:
-                    f"op {op!r}: shape parameter 'causal' must be 0 or 1, got {fmt_dim(p['causal'][i])}"))
+        out.append(
+            (
+                (p["causal"] != 0) & (p["causal"] != 1) & ~np.isnan(p["causal"]),
+                lambda i: f"op {op!r}: shape parameter 'causal' must be 0 or 1, got {fmt_dim(p['causal'][i])}",
+            )
+        )
     if op == "transformer":
-        out.append((np.fmod(p["width"], p["heads"]) > 0, lambda i: f"op 'transformer': width {int(p['width'][i])} "
-                                                                  f"must be a multiple of heads {int(p['heads'][i])}"))
+        out.append(
+            (
+                np.fmod(p["width"], p["heads"]) > 0,
+                lambda i: (
+                    f"op 'transformer': width {int(p['width'][i])} must be a multiple of heads {int(p['heads'][i])}"
+                ),
+            )
+        )
     if op == "cnn":
         channels = p["width"] * np.exp2(np.minimum(p["depth"], 1100) - 1)
-        out.append((channels >= BEYOND_INT64, lambda i: f"op 'cnn': the last block's width x 2^(depth-1) = "
-                                                    f"{channels[i]:.3g} channels is beyond int64"))
+        out.append(
+            (
+                channels >= BEYOND_INT64,
+                lambda i: (
+                    f"op 'cnn': the last block's width x 2^(depth-1) = {channels[i]:.3g} channels is beyond int64"
+                ),
+            )
+        )
     return out
 
 
@@ -541,14 +694,27 @@ def _tensor_problems(op, p, n, dtypes, memory_gb, hardware) -> list[Problem]:
         if t[2]:
             total = total + nbytes
         if memory is not None:
-            out.append((nbytes > memory, lambda i, t=t, nbytes=nbytes:
-                        f"{what(t, i)} = {nbytes[i]:.1e} bytes exceeds {where(i)}"))
-        out.append((count >= BEYOND_INT64, lambda i, t=t, count=count:
-                    f"{what(t, i, dtype=False)} = {count[i]:.1e} elements is beyond int64"))
-        out.append((nbytes >= BEYOND_INT64, lambda i, t=t, nbytes=nbytes:
-                    f"{what(t, i)} = {nbytes[i]:.1e} bytes is beyond int64"))
+            out.append(
+                (
+                    nbytes > memory,
+                    lambda i, t=t, nbytes=nbytes: f"{what(t, i)} = {nbytes[i]:.1e} bytes exceeds {where(i)}",
+                )
+            )
+        out.append(
+            (
+                count >= BEYOND_INT64,
+                lambda i, t=t, count=count: f"{what(t, i, dtype=False)} = {count[i]:.1e} elements is beyond int64",
+            )
+        )
+        out.append(
+            (
+                nbytes >= BEYOND_INT64,
+                lambda i, t=t, nbytes=nbytes: f"{what(t, i)} = {nbytes[i]:.1e} bytes is beyond int64",
+            )
+        )
     if memory is not None:
         names = ", ".join(t[0] for t in tensors if t[2])
-        out.append((total > memory, lambda i: f"{op} tensors together ({names}) = {total[i]:.1e} bytes exceed "
-                                              f"{where(i)}"))
+        out.append(
+            (total > memory, lambda i: f"{op} tensors together ({names}) = {total[i]:.1e} bytes exceed {where(i)}")
+        )
     return out

@@ -13,12 +13,13 @@ error rows, so one bad configuration never stops a sweep. Resume: :func:`run_swe
 whose row key is already committed, shows a progress bar with ETA, and commits a shard every
 ``shard_rows`` rows, so a killed run loses at most one shard's worth of work.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import time
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from tqdm.auto import tqdm
 
@@ -36,8 +37,13 @@ def _hardware_id(backend) -> str:
 
 def error_row(backend, workload: dict, exc: BaseException) -> dict:
     """A schema row recording that ``workload`` failed on ``backend`` with ``exc``."""
-    row = base_row(workload, _hardware_id(backend), backend.name, getattr(backend, "source", backend.name),
-                   environment(engine_error=True))
+    row = base_row(
+        workload,
+        _hardware_id(backend),
+        backend.name,
+        getattr(backend, "source", backend.name),
+        environment(engine_error=True),
+    )
     try:
         row["flops"], row["bytes"] = count_cost(workload["op"], workload["params"], workload["dtype"])
     except Exception:  # the shape itself is invalid: no cost to report
@@ -84,8 +90,15 @@ class RayEngine:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None, chunk_size: int = 8,
-                 max_in_flight: int = 64, runtime_env: dict | None = None, shutdown: bool = False):
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        chunk_size: int = 8,
+        max_in_flight: int = 64,
+        runtime_env: dict | None = None,
+        shutdown: bool = False,
+    ):
         self.address = address
         self.num_cpus = num_cpus
         self.chunk_size = max(1, int(chunk_size))
@@ -97,8 +110,12 @@ class RayEngine:
         import ray
 
         if not ray.is_initialized():
-            kwargs = {"address": self.address, "runtime_env": self.runtime_env, "log_to_driver": False,
-                      "include_dashboard": False}
+            kwargs = {
+                "address": self.address,
+                "runtime_env": self.runtime_env,
+                "log_to_driver": False,
+                "include_dashboard": False,
+            }
             if self.address is None and self.num_cpus is not None:
                 kwargs["num_cpus"] = int(self.num_cpus)
             ray.init(**{k: v for k, v in kwargs.items() if v is not None or k == "address"})
@@ -106,10 +123,9 @@ class RayEngine:
 
     def map(self, backend, workloads: list[dict]) -> Iterator[list[dict]]:
         ray = self._init()
-        task = ray.remote(_measure_chunk).options(num_cpus=int(getattr(backend, "num_threads", 1) or 1),
-                                                  max_retries=0)
+        task = ray.remote(_measure_chunk).options(num_cpus=int(getattr(backend, "num_threads", 1) or 1), max_retries=0)
         backend_ref = ray.put(backend)
-        chunks = [workloads[i:i + self.chunk_size] for i in range(0, len(workloads), self.chunk_size)]
+        chunks = [workloads[i : i + self.chunk_size] for i in range(0, len(workloads), self.chunk_size)]
         pending: dict = {}
         next_chunk = 0
         try:
@@ -140,8 +156,15 @@ def make_engine(name: str, **kwargs):
     return ENGINES[name](**kwargs) if name != "local" else LocalEngine()
 
 
-def run_sweep(backend, workloads: Iterable[dict], dataset: ShardedDataset | str, engine=None,
-              shard_rows: int = 64, progress: bool = True, desc: str | None = None) -> dict:
+def run_sweep(
+    backend,
+    workloads: Iterable[dict],
+    dataset: ShardedDataset | str,
+    engine=None,
+    shard_rows: int = 64,
+    progress: bool = True,
+    desc: str | None = None,
+) -> dict:
     """Measure every workload not yet in ``dataset`` and commit the rows in shards of ``shard_rows``.
 
     Returns counts: ``total`` workloads, ``skipped`` (already committed), ``measured``, ``committed``
@@ -161,12 +184,17 @@ def run_sweep(backend, workloads: Iterable[dict], dataset: ShardedDataset | str,
         if key not in seen:
             seen.add(key)
             todo.append(w)
-    stats = {"total": len(workloads), "skipped": len(workloads) - len(todo), "measured": 0, "committed": 0,
-             "errors": 0}
+    stats = {"total": len(workloads), "skipped": len(workloads) - len(todo), "measured": 0, "committed": 0, "errors": 0}
     t0 = time.perf_counter()
     buffer: list[dict] = []
-    bar = tqdm(total=len(todo), desc=desc or f"{backend.name} {_hardware_id(backend)}", unit="cfg",
-               disable=not progress, dynamic_ncols=True, smoothing=0.1)
+    bar = tqdm(
+        total=len(todo),
+        desc=desc or f"{backend.name} {_hardware_id(backend)}",
+        unit="cfg",
+        disable=not progress,
+        dynamic_ncols=True,
+        smoothing=0.1,
+    )
     try:
         for rows in engine.map(backend, todo):
             buffer.extend(rows)

@@ -3,6 +3,7 @@
 A :class:`HardwareSpec` is what lets a model predict for hardware it never ran on: every model sees
 hardware only through these numbers (see ``features/tabular.py``).
 """
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ import os
 import platform
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import yaml
 
@@ -58,7 +59,7 @@ class HardwareSpec:
         return float(self.memory_bandwidth_gbs) * 1e9
 
     @classmethod
-    def from_dict(cls, d: dict) -> "HardwareSpec":
+    def from_dict(cls, d: dict) -> HardwareSpec:
         known = {f for f in cls.__dataclass_fields__}
         kwargs = {k: v for k, v in d.items() if k in known}
         if d.get("kind") in NON_GPU_KINDS:
@@ -67,8 +68,22 @@ class HardwareSpec:
             for f in ("sm_count", "boost_clock_mhz", "memory_gb", "memory_bandwidth_gbs", "l2_cache_mb"):
                 kwargs.setdefault(f, 0)
             kwargs.setdefault("peak_tflops", {})
-        missing = [f for f in ("id", "name", "kind", "vendor", "sm_count", "boost_clock_mhz", "memory_gb",
-                               "memory_bandwidth_gbs", "l2_cache_mb", "peak_tflops") if f not in kwargs]
+        missing = [
+            f
+            for f in (
+                "id",
+                "name",
+                "kind",
+                "vendor",
+                "sm_count",
+                "boost_clock_mhz",
+                "memory_gb",
+                "memory_bandwidth_gbs",
+                "l2_cache_mb",
+                "peak_tflops",
+            )
+            if f not in kwargs
+        ]
         if missing:
             raise ValueError(f"hardware spec {d.get('id', '?')!r} lacks {', '.join(missing)}")
         if "float32" not in kwargs["peak_tflops"] and d.get("kind") not in NON_GPU_KINDS:
@@ -122,7 +137,7 @@ class HardwareRegistry:
         return sorted(self._specs)
 
     @classmethod
-    def from_dir(cls, directory: str | Path = CONF_DIR) -> "HardwareRegistry":
+    def from_dir(cls, directory: str | Path = CONF_DIR) -> HardwareRegistry:
         files = sorted(Path(directory).glob("*.yaml"))
         if not files:
             raise FileNotFoundError(f"no hardware specs (*.yaml) in {directory}")
@@ -138,7 +153,7 @@ class HardwareRegistry:
         return json.dumps([s.to_dict() for s in self._specs.values()], indent=1, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "HardwareRegistry":
+    def from_json(cls, text: str) -> HardwareRegistry:
         return cls(HardwareSpec.from_dict(d) for d in json.loads(text))
 
 
@@ -173,7 +188,9 @@ def _cpu_mhz() -> float:
         except (OSError, ValueError):
             pass
     try:
-        mhz = [float(l.split(":")[1]) for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("cpu MHz")]
+        mhz = [
+            float(l.split(":")[1]) for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("cpu MHz")
+        ]
         return max(mhz) if mhz else 0.0
     except OSError:
         return 0.0
@@ -224,11 +241,21 @@ def detect_cpu(num_threads: int) -> HardwareSpec:
     slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
     slug = re.sub(r"-(r|tm|cpu)-", "-", f"-{slug}-").strip("-")
     return HardwareSpec(
-        id=f"cpu-{slug}-{num_threads}t", name=f"{model} ({num_threads} threads)", kind="cpu",
-        vendor=platform.machine(), sm_count=num_threads, boost_clock_mhz=round(_cpu_mhz(), 1),
-        memory_gb=round(_memory_gb(), 2), memory_bandwidth_gbs=round(bw / 1e9, 2),
-        l2_cache_mb=round(_cache_mb(2), 3), peak_tflops={"float32": round(flops / 1e12, 4)},
+        id=f"cpu-{slug}-{num_threads}t",
+        name=f"{model} ({num_threads} threads)",
+        kind="cpu",
+        vendor=platform.machine(),
+        sm_count=num_threads,
+        boost_clock_mhz=round(_cpu_mhz(), 1),
+        memory_gb=round(_memory_gb(), 2),
+        memory_bandwidth_gbs=round(bw / 1e9, 2),
+        l2_cache_mb=round(_cache_mb(2), 3),
+        peak_tflops={"float32": round(flops / 1e12, 4)},
         sources=("detected: /proc/cpuinfo, /sys/devices/system/cpu; measured: torch 1024^3 sgemm, 32 MiB copy",),
-        extra={"l3_cache_mb": round(_cache_mb(3), 3), "logical_cpus": os.cpu_count(),
-               "torch_version": torch.__version__, "measured": ["peak_tflops.float32", "memory_bandwidth_gbs"]},
+        extra={
+            "l3_cache_mb": round(_cache_mb(3), 3),
+            "logical_cpus": os.cpu_count(),
+            "torch_version": torch.__version__,
+            "measured": ["peak_tflops.float32", "memory_bandwidth_gbs"],
+        },
     )

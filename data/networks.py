@@ -26,9 +26,10 @@ Networks and their shape parameters:
   (Shazeer 2020, "GLU Variants Improve Transformer"): x + Linear(2 width, width)(GELU(Linear(width, 2
   width) x) * Linear(width, 2 width) x).
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -181,8 +182,11 @@ def build_network(name: str, p: Mapping[str, int], dtype: torch.dtype, device: s
     with torch.device(device):
         module, in_shape = _make(name, p)
     module = module.to(dtype=dtype).eval()
-    x = torch.empty(in_shape, dtype=dtype, device=device) if device == "meta" else \
-        torch.randn(in_shape, dtype=dtype, device=device)
+    x = (
+        torch.empty(in_shape, dtype=dtype, device=device)
+        if device == "meta"
+        else torch.randn(in_shape, dtype=dtype, device=device)
+    )
     return module, (x,), tuple(module.parameters())
 
 
@@ -196,10 +200,21 @@ def _leaf_workload(mod: nn.Module, args: tuple) -> dict | None:
     if isinstance(mod, nn.Linear):
         return {"op": "linear", "params": {"m": _rows(x), "k": mod.in_features, "n": mod.out_features}}
     if isinstance(mod, nn.Conv2d):
-        return {"op": "conv2d", "params": {"batch": x.shape[0], "c_in": mod.in_channels, "c_out": mod.out_channels,
-                                           "h": x.shape[2], "w": x.shape[3], "kernel": mod.kernel_size[0],
-                                           "stride": mod.stride[0], "padding": mod.padding[0],
-                                           "groups": mod.groups, "dilation": mod.dilation[0]}}
+        return {
+            "op": "conv2d",
+            "params": {
+                "batch": x.shape[0],
+                "c_in": mod.in_channels,
+                "c_out": mod.out_channels,
+                "h": x.shape[2],
+                "w": x.shape[3],
+                "kernel": mod.kernel_size[0],
+                "stride": mod.stride[0],
+                "padding": mod.padding[0],
+                "groups": mod.groups,
+                "dilation": mod.dilation[0],
+            },
+        }
     if isinstance(mod, nn.LayerNorm):
         return {"op": "layernorm", "params": {"m": _rows(x), "n": x.shape[-1]}}
     for cls, op in ((nn.ReLU, "relu"), (nn.GELU, "gelu"), (Add, "add"), (Mul, "mul")):
@@ -207,7 +222,10 @@ def _leaf_workload(mod: nn.Module, args: tuple) -> dict | None:
             return {"op": op, "params": {"m": _rows(x), "n": x.shape[-1]}}
     if isinstance(mod, Attention):
         b, h, s, d = x.shape
-        return {"op": "sdpa", "params": {"batch": b, "heads": h, "seq_len": s, "head_dim": d, "causal": int(mod.causal)}}
+        return {
+            "op": "sdpa",
+            "params": {"batch": b, "heads": h, "seq_len": s, "head_dim": d, "causal": int(mod.causal)},
+        }
     if isinstance(mod, MeanPool):
         return {"op": "mean", "params": {"m": x.shape[0] * x.shape[1], "n": x[0, 0].numel()}}
     return None

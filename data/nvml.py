@@ -39,14 +39,15 @@ is below the maximum SM clock (``nvmlDeviceGetMaxClockInfo``). A power average a
 (seen up to 778 W on a 700 W H200 under throttling) is kept and flagged ``over_power_limit``, never
 clipped.
 """
+
 from __future__ import annotations
 
 import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 class PowerMeasurementError(RuntimeError):
@@ -63,8 +64,13 @@ class BusyWorker:
     the thread first (e.g. ``torch.cuda.set_device``: the current device is per thread).
     """
 
-    def __init__(self, launch: Callable[[], object], fence: Callable[[], object] | None = None,
-                 depth: int = 2, setup: Callable[[], object] | None = None):
+    def __init__(
+        self,
+        launch: Callable[[], object],
+        fence: Callable[[], object] | None = None,
+        depth: int = 2,
+        setup: Callable[[], object] | None = None,
+    ):
         self.launch, self.fence, self.depth, self.setup = launch, fence, max(1, int(depth)), setup
         self.launches = 0
         self.error: BaseException | None = None
@@ -91,7 +97,7 @@ class BusyWorker:
             self.error = exc
             self._started.set()
 
-    def start(self) -> "BusyWorker":
+    def start(self) -> BusyWorker:
         self._thread.start()
         self._started.wait()
         self.check()
@@ -108,9 +114,11 @@ class BusyWorker:
 
     def check(self) -> None:
         if self.error is not None:
-            raise PowerMeasurementError(f"busy worker failed: {type(self.error).__name__}: {self.error}") from self.error
+            raise PowerMeasurementError(
+                f"busy worker failed: {type(self.error).__name__}: {self.error}"
+            ) from self.error
 
-    def __enter__(self) -> "BusyWorker":
+    def __enter__(self) -> BusyWorker:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -120,8 +128,12 @@ class BusyWorker:
             self.check()
 
 
-def keep_busy(launch: Callable[[], object], fence: Callable[[], object] | None = None, depth: int = 2,
-              setup: Callable[[], object] | None = None) -> BusyWorker:
+def keep_busy(
+    launch: Callable[[], object],
+    fence: Callable[[], object] | None = None,
+    depth: int = 2,
+    setup: Callable[[], object] | None = None,
+) -> BusyWorker:
     """Context manager: ``with keep_busy(launch): reading = nvml_power.measure()``."""
     return BusyWorker(launch, fence=fence, depth=depth, setup=setup)
 
@@ -138,15 +150,15 @@ class DeviceState:
 @dataclass
 class PowerReading:
     power_w: float
-    method: str                      # nvml_energy_counter | nvml_power_sampled
-    window_s: float                  # host seconds between the two tick edges (or sampled span)
-    energy_j: float | None = None    # device energy between the edges (counter method)
-    ticks: int | None = None         # counter steps inside the window
-    samples: int = 0                 # counter polls or power samples taken
+    method: str  # nvml_energy_counter | nvml_power_sampled
+    window_s: float  # host seconds between the two tick edges (or sampled span)
+    energy_j: float | None = None  # device energy between the edges (counter method)
+    ticks: int | None = None  # counter steps inside the window
+    samples: int = 0  # counter polls or power samples taken
     states: list[DeviceState] = field(default_factory=list)  # sampled inside the window
     max_sm_clock_mhz: float | None = None
     worker_launches: int | None = None  # launches the busy worker issued inside the window
-    edge_gap_s: float | None = None     # the larger poll gap at the two window edges (edge-time uncertainty)
+    edge_gap_s: float | None = None  # the larger poll gap at the two window edges (edge-time uncertainty)
 
     @property
     def sm_clock_mhz(self) -> float | None:
@@ -189,13 +201,20 @@ class PowerReading:
 
     def summary(self) -> dict:
         """JSON-ready details for a row's ``env`` (the schema columns carry the headline numbers)."""
-        return {"power_method": self.method, "power_window_s": round(self.window_s, 6),
-                "energy_window_j": None if self.energy_j is None else round(self.energy_j, 6),
-                "counter_ticks": self.ticks, "power_samples": self.samples,
-                "sm_clock_min_mhz": self.min_sm_clock_mhz, "sm_clock_max_mhz": self.max_sm_clock_mhz,
-                "power_limit_w": self.power_limit_w, "over_power_limit": self.over_power_limit,
-                "throttled": self.throttled, "worker_launches_in_window": self.worker_launches,
-                "edge_gap_ms": None if self.edge_gap_s is None else round(self.edge_gap_s * 1e3, 3)}
+        return {
+            "power_method": self.method,
+            "power_window_s": round(self.window_s, 6),
+            "energy_window_j": None if self.energy_j is None else round(self.energy_j, 6),
+            "counter_ticks": self.ticks,
+            "power_samples": self.samples,
+            "sm_clock_min_mhz": self.min_sm_clock_mhz,
+            "sm_clock_max_mhz": self.max_sm_clock_mhz,
+            "power_limit_w": self.power_limit_w,
+            "over_power_limit": self.over_power_limit,
+            "throttled": self.throttled,
+            "worker_launches_in_window": self.worker_launches,
+            "edge_gap_ms": None if self.edge_gap_s is None else round(self.edge_gap_s * 1e3, 3),
+        }
 
 
 class NvmlPower:
@@ -209,10 +228,21 @@ class NvmlPower:
     ``NVMLError`` and ``NVMLError_NotSupported``.
     """
 
-    def __init__(self, nvml, index: int = 0, *, ticks: int = 4, settle_ticks: int = 1, min_window_s: float = 0.3,
-                 poll_interval_s: float = 0.0005, tick_timeout_s: float = 1.0,
-                 sample_window_s: float = 1.0, sample_interval_s: float = 0.02, sample_settle_s: float = 0.2,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        nvml,
+        index: int = 0,
+        *,
+        ticks: int = 4,
+        settle_ticks: int = 1,
+        min_window_s: float = 0.3,
+        poll_interval_s: float = 0.0005,
+        tick_timeout_s: float = 1.0,
+        sample_window_s: float = 1.0,
+        sample_interval_s: float = 0.02,
+        sample_settle_s: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if ticks < 1:
             raise ValueError(f"ticks must be >= 1, got {ticks}")
         self.nvml = nvml
@@ -226,7 +256,7 @@ class NvmlPower:
         self._has_counter: bool | None = None
 
     @classmethod
-    def open(cls, index: int = 0, **kwargs) -> "NvmlPower":
+    def open(cls, index: int = 0, **kwargs) -> NvmlPower:
         """The real device through ``pynvml`` (package ``nvidia-ml-py``)."""
         import pynvml
 
@@ -273,10 +303,12 @@ class NvmlPower:
 
     def state(self) -> DeviceState:
         n, h = self.nvml, self.handle
-        return DeviceState(sm_clock_mhz=self._try(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
-                           mem_clock_mhz=self._try(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM),
-                           temperature_c=self._try(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
-                           power_limit_w=self._try(n.nvmlDeviceGetEnforcedPowerLimit, h, scale=1e-3))
+        return DeviceState(
+            sm_clock_mhz=self._try(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
+            mem_clock_mhz=self._try(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM),
+            temperature_c=self._try(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
+            power_limit_w=self._try(n.nvmlDeviceGetEnforcedPowerLimit, h, scale=1e-3),
+        )
 
     def energy_mj(self) -> int:
         return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
@@ -309,16 +341,16 @@ class NvmlPower:
         t_last_edge = t_prev
 
         def done() -> bool:  # >= ticks counter steps and >= min_window_s, closing on an edge
-            return (len(edges) - 1 - first >= self.ticks
-                    and edges[-1][0] - edges[first][0] >= self.min_window_s)
+            return len(edges) - 1 - first >= self.ticks and edges[-1][0] - edges[first][0] >= self.min_window_s
 
         while not done():
             time.sleep(self.poll_interval_s)
             t_now, e_now = self.clock(), self.energy_mj()
             polls += 1
             if e_now != e_prev:
-                edges.append((0.5 * (t_prev + t_now), e_now, None if worker is None else worker.launches,
-                              t_now - t_prev))
+                edges.append(
+                    (0.5 * (t_prev + t_now), e_now, None if worker is None else worker.launches, t_now - t_prev)
+                )
                 t_last_edge = t_now
                 if len(edges) > first:  # inside the window: sample the device state at each edge
                     states.append(self.state())
@@ -326,15 +358,24 @@ class NvmlPower:
             elif t_now - t_last_edge > self.tick_timeout_s:
                 raise PowerMeasurementError(
                     f"NVML energy counter did not move for {self.tick_timeout_s:.2f} s "
-                    f"({len(edges)} of {first + self.ticks + 1} edges seen)")
+                    f"({len(edges)} of {first + self.ticks + 1} edges seen)"
+                )
             t_prev, e_prev = t_now, e_now
         (t0, e0, n0, gap0), (t1, e1, n1, gap1) = edges[first], edges[-1]
         window, energy_j = t1 - t0, (e1 - e0) / 1000.0
         if window <= 0 or energy_j <= 0:
             raise PowerMeasurementError(f"NVML energy counter gave no usable window ({energy_j} J over {window} s)")
-        return PowerReading(power_w=energy_j / window, method="nvml_energy_counter", window_s=window,
-                            energy_j=energy_j, ticks=len(edges) - 1 - first, samples=polls, states=states,
-                            worker_launches=None if n0 is None else n1 - n0, edge_gap_s=max(gap0, gap1))
+        return PowerReading(
+            power_w=energy_j / window,
+            method="nvml_energy_counter",
+            window_s=window,
+            energy_j=energy_j,
+            ticks=len(edges) - 1 - first,
+            samples=polls,
+            states=states,
+            worker_launches=None if n0 is None else n1 - n0,
+            edge_gap_s=max(gap0, gap1),
+        )
 
     def _sampled(self, worker: BusyWorker | None) -> PowerReading:
         time.sleep(self.sample_settle_s)
@@ -352,7 +393,11 @@ class NvmlPower:
             time.sleep(self.sample_interval_s)
         self._check(worker)
         states.append(self.state())
-        return PowerReading(power_w=float(statistics.fmean(samples)), method="nvml_power_sampled",
-                            window_s=t - t0, samples=len(samples), states=states,
-                            worker_launches=None if n0 is None else worker.launches - n0)
-
+        return PowerReading(
+            power_w=float(statistics.fmean(samples)),
+            method="nvml_power_sampled",
+            window_s=t - t0,
+            samples=len(samples),
+            states=states,
+            worker_launches=None if n0 is None else worker.launches - n0,
+        )

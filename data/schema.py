@@ -2,13 +2,14 @@
 
 A row is one workload (op + shape + dtype) on one hardware by one backend. Units are in the names.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import pandas as pd
 import pandera.pandas as pa
@@ -47,8 +48,13 @@ MeasurementSchema = pa.DataFrameSchema(
         **{p: _nullable("Int64", pa.Check.ge(0)) for p in SHAPE_PARAMS},
         "shape_id": pa.Column(str, pa.Check.str_length(1, 64)),
         "hardware": pa.Column(str, pa.Check.str_length(1, 128)),
-        "backend": pa.Column(str, pa.Check(_known_backend, error="backend: not a known backend (conf/collect/backend/, "
-                                                                 "import, or data.schema.register_backend)")),
+        "backend": pa.Column(
+            str,
+            pa.Check(
+                _known_backend,
+                error="backend: not a known backend (conf/collect/backend/, import, or data.schema.register_backend)",
+            ),
+        ),
         "status": pa.Column(str, pa.Check.isin(list(STATUSES))),
         "error": _nullable(str),
         "runtime_ms": _nullable(float, pa.Check.gt(0)),
@@ -59,11 +65,13 @@ MeasurementSchema = pa.DataFrameSchema(
         "energy_j": _nullable(float, pa.Check.gt(0)),
         "peak_mem_bytes": _nullable(float, pa.Check.ge(0)),
         # FPGA / accelerator resources and cycle counts (synthesis or cycle-level simulation results)
-        **{c: _nullable(float, pa.Check.ge(0)) for c in
-           ("lut", "ff", "dsp", "bram_18k", "uram", "latency_cycles", "interval_cycles")},
+        **{
+            c: _nullable(float, pa.Check.ge(0))
+            for c in ("lut", "ff", "dsp", "bram_18k", "uram", "latency_cycles", "interval_cycles")
+        },
         # how the numbers were obtained, and the device state while they were
-        "timing_method": _nullable(str),   # e.g. blocked_autorange, cuda_events, cuda_graph, simulated
-        "power_method": _nullable(str),    # e.g. nvml_energy_counter, nvml_power_sampled, rapl
+        "timing_method": _nullable(str),  # e.g. blocked_autorange, cuda_events, cuda_graph, simulated
+        "power_method": _nullable(str),  # e.g. nvml_energy_counter, nvml_power_sampled, rapl
         "sm_clock_mhz": _nullable(float, pa.Check.ge(0)),
         "mem_clock_mhz": _nullable(float, pa.Check.ge(0)),
         "temperature_c": _nullable(float),
@@ -72,17 +80,21 @@ MeasurementSchema = pa.DataFrameSchema(
         "bytes": pa.Column(float, pa.Check.gt(0)),
         "config": _nullable(str),  # JSON: knobs that are not shapes (tunables, reuse factor, ...); features may use
         "source": pa.Column(str),  # provenance: backend sweep name or "<dataset>@<upstream commit>"
-        "meta": _nullable(str),    # JSON: provenance details never used as features (kernel names, grid, pass)
+        "meta": _nullable(str),  # JSON: provenance details never used as features (kernel names, grid, pass)
         "mlir_sha256": _nullable(str, pa.Check.str_length(64, 64)),  # MLIR text of the workload (features/mlir store)
-        "env": pa.Column(str),     # JSON: library versions, threads, host, method notes
+        "env": pa.Column(str),  # JSON: library versions, threads, host, method notes
         "timestamp": pa.Column(pd.DatetimeTZDtype("ns", "UTC")),
     },
     checks=[
         # a synthesis result or a cycle-level simulation may give cycles and no wall time
-        pa.Check(lambda df: (df["status"] != "ok") | df["runtime_ms"].notna() | df["latency_cycles"].notna(),
-                 error="rows with status 'ok' need runtime_ms (or latency_cycles)"),
-        pa.Check(lambda df: (df["status"] != "error") | df["error"].notna(),
-                 error="rows with status 'error' need an error message"),
+        pa.Check(
+            lambda df: (df["status"] != "ok") | df["runtime_ms"].notna() | df["latency_cycles"].notna(),
+            error="rows with status 'ok' need runtime_ms (or latency_cycles)",
+        ),
+        pa.Check(
+            lambda df: (df["status"] != "error") | df["error"].notna(),
+            error="rows with status 'error' need an error message",
+        ),
     ],
     strict=True,
     coerce=True,
@@ -116,7 +128,11 @@ def dataset_hash(df: pd.DataFrame) -> str:
     """Content hash of a dataset (row order and values), independent of the file's bytes."""
     h = hashlib.sha256()
     h.update(",".join(df.columns).encode())
-    h.update(pd.util.hash_pandas_object(df.astype({c: str for c in df.columns if df[c].dtype == object}), index=False).values.tobytes())
+    h.update(
+        pd.util.hash_pandas_object(
+            df.astype({c: str for c in df.columns if df[c].dtype == object}), index=False
+        ).values.tobytes()
+    )
     return h.hexdigest()
 
 

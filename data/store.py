@@ -21,6 +21,7 @@ keys of every committed row. Commits happen under the lock, and a commit drops r
 already committed, so rerunning a sweep, or two collectors writing the same sweep into the same
 directory, never duplicates a row.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,7 @@ import json
 import os
 import tempfile
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -141,12 +142,18 @@ class ShardedDataset:
             df = df[~df["_key"].isin(done)]
             if df.empty:
                 return 0
-            name = f"part-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:8]}.parquet"
+            name = f"part-{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:8]}.parquet"
             shard = self.shard_dir / name
             write_parquet_durably(df.drop(columns="_key").reset_index(drop=True), shard)
-            entry = {"shard": name, "rows": int(len(df)), "sha256": _sha256(shard),
-                     "keys": df["_key"].tolist(), "written_at": datetime.now(timezone.utc).isoformat(),
-                     "pid": os.getpid(), **({"meta": meta} if meta else {})}
+            entry = {
+                "shard": name,
+                "rows": int(len(df)),
+                "sha256": _sha256(shard),
+                "keys": df["_key"].tolist(),
+                "written_at": datetime.now(UTC).isoformat(),
+                "pid": os.getpid(),
+                **({"meta": meta} if meta else {}),
+            }
             with open(self.manifest_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry, separators=(",", ":")) + "\n")
                 fh.flush()

@@ -21,11 +21,13 @@ points until ``n`` are kept, within bounded tries; skipping thins the low-discre
 excluded corner only). Duplicate shapes after rounding are kept once. Each op's stream is seeded from
 ``(seed, op name)``, so adding an op to a config does not change the shapes drawn for the others.
 """
+
 from __future__ import annotations
 
 import itertools
 import zlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -71,8 +73,9 @@ def _check_spec(op: str, params: Mapping[str, Any]) -> None:
         raise WorkloadError(f"sweep: op {op!r} lacks a spec for {', '.join(missing)}")
     for name, spec in params.items():
         if isinstance(spec, (list, tuple)) and (len(spec) != 2 or not 0 < float(spec[0]) <= float(spec[1])):
-            raise WorkloadError(f"sweep: op {op!r} parameter {name!r}: a range must be [lo, hi] with 0 < lo <= hi, "
-                                f"got {list(spec)}")
+            raise WorkloadError(
+                f"sweep: op {op!r} parameter {name!r}: a range must be [lo, hi] with 0 < lo <= hi, got {list(spec)}"
+            )
 
 
 def _op_seed(seed: int, op: str) -> list[int]:
@@ -99,8 +102,16 @@ def _unit_points(kind: str, d: int, n: int, rng_seed: list[int]):
             yield rng.random((max(n, 1), d))
 
 
-def op_shapes(op: str, params: Mapping[str, Any], n: int, kind: str = "random", seed: int = 0,
-              max_flops: float = float("inf"), max_bytes: float = float("inf"), points: int = 4) -> list[dict]:
+def op_shapes(
+    op: str,
+    params: Mapping[str, Any],
+    n: int,
+    kind: str = "random",
+    seed: int = 0,
+    max_flops: float = float("inf"),
+    max_bytes: float = float("inf"),
+    points: int = 4,
+) -> list[dict]:
     """Up to ``n`` distinct valid shapes for one op (``grid``: the whole grid, ``n`` ignored)."""
     if kind not in KINDS:
         raise WorkloadError(f"sweep: unknown kind {kind!r}; known: {', '.join(KINDS)}")
@@ -134,9 +145,16 @@ def op_shapes(op: str, params: Mapping[str, Any], n: int, kind: str = "random", 
     return list(seen.values())
 
 
-def make_sweep(ops: Mapping[str, Mapping], dtypes: list[str], n: int | None = None, kind: str = "random",
-               seed: int = 0, max_flops: float = float("inf"), max_bytes: float = float("inf"),
-               points: int = 4) -> list[dict]:
+def make_sweep(
+    ops: Mapping[str, Mapping],
+    dtypes: list[str],
+    n: int | None = None,
+    kind: str = "random",
+    seed: int = 0,
+    max_flops: float = float("inf"),
+    max_bytes: float = float("inf"),
+    points: int = 4,
+) -> list[dict]:
     """Workloads for every op x shape x dtype.
 
     ``ops`` maps op -> ``{params: {name: spec}}`` (optionally ``n``: that op's count, else ``n``).
@@ -151,8 +169,13 @@ def make_sweep(ops: Mapping[str, Mapping], dtypes: list[str], n: int | None = No
     return workloads
 
 
-def random_sweep(ops: Mapping[str, Mapping], dtypes: list[str], seed: int,
-                 max_flops: float = float("inf"), max_bytes: float = float("inf")) -> list[dict]:
+def random_sweep(
+    ops: Mapping[str, Mapping],
+    dtypes: list[str],
+    seed: int,
+    max_flops: float = float("inf"),
+    max_bytes: float = float("inf"),
+) -> list[dict]:
     """``ops`` maps op -> ``{n: count, params: {name: spec}}``; returns ``n`` distinct shapes per op x dtype.
 
     The main job's sampler (kept bit-for-bit: one RNG over all ops in config order).

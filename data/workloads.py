@@ -55,13 +55,14 @@ an unused column) takes the default, and :func:`validate` drops a value equal to
 elementwise, normalisation, pooling, gather or softmax ops, whose cost is memory traffic). ``bytes`` is every
 input, weight and output tensor touched once.
 """
+
 from __future__ import annotations
 
 import functools
 import hashlib
 import numbers
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -69,9 +70,28 @@ from torch.utils.flop_counter import FlopCounterMode
 
 # Every shape parameter any op uses; the measurement schema has one nullable column per name.
 SHAPE_PARAMS: tuple[str, ...] = (
-    "batch", "m", "n", "k", "c_in", "c_out", "h", "w", "kernel", "stride", "padding",
-    "heads", "seq_len", "head_dim", "causal", "width", "depth",
-    "groups", "dilation", "out_size", "kv_len", "inputs",
+    "batch",
+    "m",
+    "n",
+    "k",
+    "c_in",
+    "c_out",
+    "h",
+    "w",
+    "kernel",
+    "stride",
+    "padding",
+    "heads",
+    "seq_len",
+    "head_dim",
+    "causal",
+    "width",
+    "depth",
+    "groups",
+    "dilation",
+    "out_size",
+    "kv_len",
+    "inputs",
 )
 # parameters that may be 0 (all others must be >= 1)
 ZERO_OK: frozenset[str] = frozenset({"padding", "causal", "inputs"})
@@ -130,9 +150,18 @@ def _linear(p, dtype, device):
 
 
 def _conv2d(p, dtype, device):
-    mod = torch.nn.Conv2d(p["c_in"], p["c_out"], p["kernel"], stride=p["stride"], padding=p["padding"],
-                          dilation=p.get("dilation", 1), groups=p.get("groups", 1), bias=True, device=device,
-                          dtype=dtype)
+    mod = torch.nn.Conv2d(
+        p["c_in"],
+        p["c_out"],
+        p["kernel"],
+        stride=p["stride"],
+        padding=p["padding"],
+        dilation=p.get("dilation", 1),
+        groups=p.get("groups", 1),
+        bias=True,
+        device=device,
+        dtype=dtype,
+    )
     x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
     return mod, (x,), tuple(mod.parameters())
 
@@ -140,8 +169,12 @@ def _conv2d(p, dtype, device):
 def _pool(fn, **extra):
     def builder(p, dtype, device):
         x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
-        return functools.partial(fn, kernel_size=p["kernel"], stride=p["stride"], padding=p["padding"], **extra), \
-            (x,), ()
+        return (
+            functools.partial(fn, kernel_size=p["kernel"], stride=p["stride"], padding=p["padding"], **extra),
+            (x,),
+            (),
+        )
+
     return builder
 
 
@@ -168,7 +201,7 @@ def _embedding(p, dtype, device):
     else:
         ids = torch.randint(0, p["k"], (p["m"],), device=device)
     # the rows a lookup can touch (at most m of the k): the table's bytes that move, not its size
-    return mod, (ids,), (mod.weight[:min(p["m"], p["k"])],)
+    return mod, (ids,), (mod.weight[: min(p["m"], p["k"])],)
 
 
 def _ewise(p, dtype, device):
@@ -202,6 +235,7 @@ def _binary(fn, positive_rhs=False):
         if positive_rhs:  # pow / div: keep the result finite on random inputs
             x, y = x.abs() + 0.5, y.abs() + 0.5
         return fn, (x, y), ()
+
     return builder
 
 
@@ -211,18 +245,21 @@ def _with_scalar(fn, scalar, keyword="other", positive=False):
         if positive:
             x = x.abs() + 0.5
         return functools.partial(fn, **{keyword: scalar}), (x,), ()
+
     return builder
 
 
 def _unary(fn):
     def builder(p, dtype, device):
         return fn, (_t((p["m"], p["n"]), dtype, device),), ()
+
     return builder
 
 
 def _reduce(fn):
     def builder(p, dtype, device):
         return functools.partial(fn, dim=-1), (_t((p["m"], p["n"]), dtype, device),), ()
+
     return builder
 
 
@@ -236,7 +273,9 @@ def _sdpa(p, dtype, device):
 def _network(name):
     def builder(p, dtype, device):
         from data.networks import build_network  # networks are built from the ops above
+
         return build_network(name, p, dtype, device)
+
     return builder
 
 
@@ -244,8 +283,12 @@ OPS: dict[str, OpSpec] = {
     "matmul": OpSpec("gemm", ("m", "n", "k"), _matmul),
     "bmm": OpSpec("gemm", ("batch", "m", "n", "k"), _bmm),
     "linear": OpSpec("gemm", ("m", "n", "k"), _linear),
-    "conv2d": OpSpec("conv", ("batch", "c_in", "c_out", "h", "w", "kernel", "stride", "padding"), _conv2d,
-                     optional=(("groups", 1), ("dilation", 1))),
+    "conv2d": OpSpec(
+        "conv",
+        ("batch", "c_in", "c_out", "h", "w", "kernel", "stride", "padding"),
+        _conv2d,
+        optional=(("groups", 1), ("dilation", 1)),
+    ),
     "max_pool2d": OpSpec("pool", ("batch", "c_in", "h", "w", "kernel", "stride", "padding"), _pool(F.max_pool2d)),
     "avg_pool2d": OpSpec("pool", ("batch", "c_in", "h", "w", "kernel", "stride", "padding"), _pool(F.avg_pool2d)),
     "adaptive_avg_pool2d": OpSpec("pool", ("batch", "c_in", "h", "w", "out_size"), _adaptive_avg_pool2d),
@@ -273,8 +316,9 @@ OPS: dict[str, OpSpec] = {
     "sum": OpSpec("reduction", ("m", "n"), _reduce(torch.sum)),
     "mean": OpSpec("reduction", ("m", "n"), _reduce(torch.mean)),
     "max": OpSpec("reduction", ("m", "n"), _reduce(torch.amax)),
-    "sdpa": OpSpec("attention", ("batch", "heads", "seq_len", "head_dim", "causal"), _sdpa,
-                   optional=(("kv_len", "seq_len"),)),
+    "sdpa": OpSpec(
+        "attention", ("batch", "heads", "seq_len", "head_dim", "causal"), _sdpa, optional=(("kv_len", "seq_len"),)
+    ),
     "dense": OpSpec("fpga", ("m", "n", "k"), _linear),
     "mlp": OpSpec("network", ("batch", "width", "depth"), _network("mlp")),
     "cnn": OpSpec("network", ("batch", "width", "depth", "h"), _network("cnn")),

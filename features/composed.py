@@ -13,6 +13,7 @@ Attached per network (python attributes, stripped before batching):
 * graphs also get ``kind`` [N]: each node's op class index (``features.mlir.graph.OP_CLASSES``), the unit of the
   residual GNN's per-op-kind normalisation.
 """
+
 from __future__ import annotations
 
 import warnings

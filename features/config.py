@@ -20,6 +20,7 @@ work is cut into thread blocks and how those blocks fit on the GPU. Three layers
 A kernel that is not in :data:`KERNELS` gets the raw tunables only. A GPU whose architecture is not in
 :data:`LIMITS` gets the generic limits and ``limits_known = 0``, so a model can tell that it is guessing.
 """
+
 from __future__ import annotations
 
 import json
@@ -108,14 +109,25 @@ def gemm_structure(cfg: pd.DataFrame, m: float, n: float, k: float) -> dict[str,
     b_reads = k * n * m / np.where(sb > 0, mwg, mwi)
     traffic = FLOAT_BYTES * (a_reads + b_reads + m * n)
     return {
-        "threads": threads, "outputs_per_thread": mwi * nwi, "mwi": mwi, "nwi": nwi,
+        "threads": threads,
+        "outputs_per_thread": mwi * nwi,
+        "mwi": mwi,
+        "nwi": nwi,
         "regs_per_thread": mwi * nwi + mwi + nwi + 16.0,  # accumulators + A/B fragments + addressing
-        "smem_bytes": FLOAT_BYTES * kwg * (sa * mwg + sb * nwg), "blocks": blocks,
-        "traffic_bytes": traffic, "flops_per_byte": 2 * m * n * k / traffic,
-        "tile_aspect": np.log2(mwg / nwg), "vector_m_ops": mwi / vwm, "vector_n_ops": nwi / vwn,
-        "a_load_rows_per_thread": mwg / mdima, "b_load_cols_per_thread": nwg / ndimb,
-        "a_load_k_per_thread": kwg * mdima / threads, "b_load_k_per_thread": kwg * ndimb / threads,
-        "unroll": kwi, "strided": strm + strn, "local_ab": sa + sb,
+        "smem_bytes": FLOAT_BYTES * kwg * (sa * mwg + sb * nwg),
+        "blocks": blocks,
+        "traffic_bytes": traffic,
+        "flops_per_byte": 2 * m * n * k / traffic,
+        "tile_aspect": np.log2(mwg / nwg),
+        "vector_m_ops": mwi / vwm,
+        "vector_n_ops": nwi / vwn,
+        "a_load_rows_per_thread": mwg / mdima,
+        "b_load_cols_per_thread": nwg / ndimb,
+        "a_load_k_per_thread": kwg * mdima / threads,
+        "b_load_k_per_thread": kwg * ndimb / threads,
+        "unroll": kwi,
+        "strided": strm + strn,
+        "local_ab": sa + sb,
     }
 
 
@@ -133,11 +145,19 @@ def conv_structure(cfg: pd.DataFrame, h_out: float, w_out: float, fh: float, fw:
     loads = blocks * in_w * in_h  # input floats a block reads (once with shared memory, else via caches)
     traffic = FLOAT_BYTES * (loads + h_out * w_out)
     return {
-        "threads": bx * by, "outputs_per_thread": tx * ty, "regs_per_thread": tx * ty + tx + ty + 16.0,
-        "smem_bytes": shmem * FLOAT_BYTES * in_h * (in_w + pad), "blocks": blocks, "traffic_bytes": traffic,
-        "flops_per_byte": 2 * h_out * w_out * fh * fw / traffic, "tile_aspect": np.log2(tile_w / tile_h),
-        "halo_overhead": in_w * in_h / (tile_w * tile_h), "row_threads": bx,
-        "read_only": _col(cfg, "read_only", 0), "use_shmem": shmem, "use_padding": pad,
+        "threads": bx * by,
+        "outputs_per_thread": tx * ty,
+        "regs_per_thread": tx * ty + tx + ty + 16.0,
+        "smem_bytes": shmem * FLOAT_BYTES * in_h * (in_w + pad),
+        "blocks": blocks,
+        "traffic_bytes": traffic,
+        "flops_per_byte": 2 * h_out * w_out * fh * fw / traffic,
+        "tile_aspect": np.log2(tile_w / tile_h),
+        "halo_overhead": in_w * in_h / (tile_w * tile_h),
+        "row_threads": bx,
+        "read_only": _col(cfg, "read_only", 0),
+        "use_shmem": shmem,
+        "use_padding": pad,
         "use_cmem": _col(cfg, "use_cmem", 0),
     }
 
@@ -169,10 +189,14 @@ def spec_relative(structure: dict[str, np.ndarray], flops: float, spec: Hardware
     warps = np.ceil(threads / lim["simd"])
     smem, regs = structure["smem_bytes"], structure["regs_per_thread"] * warps * lim["simd"]
     fits = (threads <= 1024) & (smem <= lim["smem_block"]) & (regs <= lim["regs"])
-    per_sm = np.minimum.reduce([
-        np.full(len(threads), float(lim["blocks"])), np.floor(lim["threads"] / (warps * lim["simd"])),
-        np.floor(lim["regs"] / np.maximum(regs, 1.0)),
-        np.where(smem > 0, np.floor(lim["smem"] / np.maximum(smem, 1.0)), np.inf)])
+    per_sm = np.minimum.reduce(
+        [
+            np.full(len(threads), float(lim["blocks"])),
+            np.floor(lim["threads"] / (warps * lim["simd"])),
+            np.floor(lim["regs"] / np.maximum(regs, 1.0)),
+            np.where(smem > 0, np.floor(lim["smem"] / np.maximum(smem, 1.0)), np.inf),
+        ]
+    )
     per_sm = np.where(fits, np.maximum(per_sm, 0.0), 0.0)
     sms = max(float(spec.sm_count), 1.0)
     slots = np.maximum(per_sm * sms, 1.0)
@@ -182,19 +206,24 @@ def spec_relative(structure: dict[str, np.ndarray], flops: float, spec: Hardware
     compute_s = flops / peak
     memory_s = structure["traffic_bytes"] / bw
     return {
-        "blocks_per_sm": per_sm, "occupancy": per_sm * warps * lim["simd"] / lim["threads"],
-        "simd_fill": threads / (warps * lim["simd"]), "log2_waves": np.log2(np.maximum(waves, 1e-9)),
+        "blocks_per_sm": per_sm,
+        "occupancy": per_sm * warps * lim["simd"] / lim["threads"],
+        "simd_fill": threads / (warps * lim["simd"]),
+        "log2_waves": np.log2(np.maximum(waves, 1e-9)),
         "tail_efficiency": waves / np.maximum(np.ceil(waves), 1.0),
-        "smem_fraction": smem / lim["smem"], "regs_fraction": regs / lim["regs"],
+        "smem_fraction": smem / lim["smem"],
+        "regs_fraction": regs / lim["regs"],
         "log2_memory_over_compute": np.log2(memory_s / compute_s),
-        "log2_roofline_ms": np.log2(np.maximum(compute_s, memory_s) * 1e3 / np.maximum(
-            waves / np.maximum(np.ceil(waves), 1.0), 1e-3)),
+        "log2_roofline_ms": np.log2(
+            np.maximum(compute_s, memory_s) * 1e3 / np.maximum(waves / np.maximum(np.ceil(waves), 1.0), 1e-3)
+        ),
         "limits_known": np.full(len(threads), float(lim["limits_known"])),
     }
 
 
-def tuning_features(rows: pd.DataFrame, registry: HardwareRegistry, spec_relative_features: bool = True,
-                    hardware_ids: bool = False) -> pd.DataFrame:
+def tuning_features(
+    rows: pd.DataFrame, registry: HardwareRegistry, spec_relative_features: bool = True, hardware_ids: bool = False
+) -> pd.DataFrame:
     """Features of tuning configurations: schema rows (``op``, shape columns, ``hardware``, ``config`` JSON) ->
     ``cfg_*`` tunables + ``k_*`` kernel structure (known ops) + ``rel_*`` spec-relative features (per GPU).
 
@@ -242,8 +271,9 @@ def reference_runtime_features(rows: pd.DataFrame, reference: pd.DataFrame) -> p
     ref = reference[reference["runtime_ms"].notna() & (reference["runtime_ms"] > 0)]
     rel = np.log(ref["runtime_ms"].to_numpy(float))
     rel = rel - pd.Series(rel).groupby(ref["hardware"].to_numpy()).transform("min").to_numpy()
-    wide = (pd.DataFrame({"config": ref["config"].to_numpy(), "hardware": ref["hardware"].to_numpy(), "rel": rel})
-            .pivot_table(index="config", columns="hardware", values="rel", aggfunc="mean"))
+    wide = pd.DataFrame(
+        {"config": ref["config"].to_numpy(), "hardware": ref["hardware"].to_numpy(), "rel": rel}
+    ).pivot_table(index="config", columns="hardware", values="rel", aggfunc="mean")
     out = wide.reindex(rows["config"].to_numpy()).reset_index(drop=True)
     out.columns = [f"ref_{h}" for h in out.columns]
     values = out.to_numpy(float)

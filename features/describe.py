@@ -12,6 +12,7 @@
 Results are cached in memory (LRU) keyed by the text's sha256 + hardware: the parse itself is cached
 by sha256 in ``features.mlir.graph``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,15 +42,29 @@ def _describe(sha: str, text: str, hardware: str, registry: HardwareRegistry, wh
     if kernels:
         frame = pd.DataFrame(kernels).assign(hardware=hardware)
         X = TabularFeaturizer(registry).transform(frame)
-        kernels = [{**{k: v for k, v in kern.items() if v == v}, "features": {c: float(x) for c, x in row.items()}}
-                   for kern, (_, row) in zip(kernels, X.iterrows())]
+        kernels = [
+            {**{k: v for k, v in kern.items() if v == v}, "features": {c: float(x) for c, x in row.items()}}
+            for kern, (_, row) in zip(kernels, X.iterrows())
+        ]
     data = GraphEncoder(registry).encode(g, hardware, where=where)
     tok = TokenEncoder().encode(g, where)
     return {
-        "source": where, "sha256": sha, "hardware": hardware, "nodes": len(g.nodes), "edges": len(g.edges),
-        "op_histogram": hist, "kernels": kernels,
-        "graph": {"x": list(data.x.shape), "edge_index": list(data.edge_index.shape),
-                  "edge_attr": list(data.edge_attr.shape), "u": dict(zip(HW_COLUMNS, map(float, data.u[0])))},
-        "tokens": {"count": int(tok["ids"].numel()), "per_node": list(tok["per_node"].shape),
-                   "ids_head": tok["ids"][:32].tolist()},
+        "source": where,
+        "sha256": sha,
+        "hardware": hardware,
+        "nodes": len(g.nodes),
+        "edges": len(g.edges),
+        "op_histogram": hist,
+        "kernels": kernels,
+        "graph": {
+            "x": list(data.x.shape),
+            "edge_index": list(data.edge_index.shape),
+            "edge_attr": list(data.edge_attr.shape),
+            "u": dict(zip(HW_COLUMNS, map(float, data.u[0]))),
+        },
+        "tokens": {
+            "count": int(tok["ids"].numel()),
+            "per_node": list(tok["per_node"].shape),
+            "ids_head": tok["ids"][:32].tolist(),
+        },
     }

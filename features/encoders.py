@@ -1,6 +1,7 @@
 """Three encodings of a sample (workload + hardware), one place to get them: :func:`get_encoder`.
 
-    enc = get_encoder("tabular", registry=reg)   # DataFrame: shapes, FLOPs, bytes, roofline, hardware, MLIR op histogram
+    enc = get_encoder("tabular", registry=reg)   # DataFrame: shapes, FLOPs, bytes, roofline, hardware, MLIR op
+    histogram
     enc = get_encoder("graph", registry=reg)     # torch_geometric.data.Data per sample
     enc = get_encoder("tokens")                  # integer ids over a fixed, saved vocabulary
 
@@ -41,6 +42,7 @@ and one config, ``conf/encoder/<name>.yaml`` (``_target_`` + options); :func:`bu
 config (the hardware registry is passed to a constructor that takes ``registry``), and the served model stores the
 same config in its meta. ``features.tabular.TabularFeaturizer`` / ``PowerFeaturizer`` are kernel encoders as they are.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,8 +50,9 @@ import importlib
 import inspect
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -63,32 +66,140 @@ VOCAB_PATH = Path(__file__).resolve().parent / "mlir_vocab.json"
 # Fixed op vocabulary: what torch-mlir's linalg-on-tensors export of every workload uses, the other
 # common upstream structured / elementwise ops, a TOSA and StableHLO core, and hls4ml-style layers.
 OP_VOCAB: tuple[str, ...] = (
-    "func.func", "func.return", "func.call",
-    "arith.constant", "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.negf", "arith.remf",
-    "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.cmpf", "arith.select",
-    "arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi", "arith.index_cast",
-    "arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.cmpi", "arith.andi", "arith.ori", "arith.xori",
-    "math.exp", "math.log", "math.erf", "math.tanh", "math.sqrt", "math.rsqrt", "math.powf", "math.absf",
-    "math.fma", "math.exp2", "math.log1p", "math.sin", "math.cos",
-    "tensor.empty", "tensor.pad", "tensor.yield", "tensor.expand_shape", "tensor.collapse_shape",
-    "tensor.extract_slice", "tensor.insert_slice", "tensor.cast", "tensor.extract", "tensor.reshape", "tensor.concat",
-    "linalg.generic", "linalg.yield", "linalg.index", "linalg.fill", "linalg.matmul", "linalg.batch_matmul",
-    "linalg.matvec", "linalg.batch_matvec", "linalg.dot", "linalg.conv_2d_nchw_fchw", "linalg.conv_2d_nhwc_hwcf",
-    "linalg.depthwise_conv_2d_nchw_chw", "linalg.depthwise_conv_2d_nhwc_hwc", "linalg.pooling_nchw_max",
-    "linalg.pooling_nchw_sum", "linalg.transpose", "linalg.broadcast", "linalg.reduce", "linalg.map",
-    "linalg.softmax", "linalg.elementwise",
-    "scf.for", "scf.yield", "scf.if", "ml_program.global", "ml_program.global_load",
-    "tosa.matmul", "tosa.conv2d", "tosa.add", "tosa.mul", "tosa.sub", "tosa.exp", "tosa.reciprocal",
-    "tosa.reduce_sum", "tosa.reduce_max", "tosa.reshape", "tosa.transpose", "tosa.const", "tosa.clamp",
-    "tosa.tanh", "tosa.erf", "tosa.sigmoid", "tosa.rsqrt", "tosa.cast",
-    "stablehlo.dot_general", "stablehlo.convolution", "stablehlo.add", "stablehlo.multiply",
-    "stablehlo.subtract", "stablehlo.divide", "stablehlo.exponential", "stablehlo.maximum", "stablehlo.reduce",
-    "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose", "stablehlo.constant",
-    "stablehlo.rsqrt", "stablehlo.tanh", "stablehlo.convert", "stablehlo.return",
-    "layer.dense", "layer.conv1d", "layer.conv2d", "layer.activation",
+    "func.func",
+    "func.return",
+    "func.call",
+    "arith.constant",
+    "arith.addf",
+    "arith.subf",
+    "arith.mulf",
+    "arith.divf",
+    "arith.negf",
+    "arith.remf",
+    "arith.maximumf",
+    "arith.minimumf",
+    "arith.maxnumf",
+    "arith.minnumf",
+    "arith.cmpf",
+    "arith.select",
+    "arith.extf",
+    "arith.truncf",
+    "arith.sitofp",
+    "arith.fptosi",
+    "arith.index_cast",
+    "arith.addi",
+    "arith.subi",
+    "arith.muli",
+    "arith.divsi",
+    "arith.cmpi",
+    "arith.andi",
+    "arith.ori",
+    "arith.xori",
+    "math.exp",
+    "math.log",
+    "math.erf",
+    "math.tanh",
+    "math.sqrt",
+    "math.rsqrt",
+    "math.powf",
+    "math.absf",
+    "math.fma",
+    "math.exp2",
+    "math.log1p",
+    "math.sin",
+    "math.cos",
+    "tensor.empty",
+    "tensor.pad",
+    "tensor.yield",
+    "tensor.expand_shape",
+    "tensor.collapse_shape",
+    "tensor.extract_slice",
+    "tensor.insert_slice",
+    "tensor.cast",
+    "tensor.extract",
+    "tensor.reshape",
+    "tensor.concat",
+    "linalg.generic",
+    "linalg.yield",
+    "linalg.index",
+    "linalg.fill",
+    "linalg.matmul",
+    "linalg.batch_matmul",
+    "linalg.matvec",
+    "linalg.batch_matvec",
+    "linalg.dot",
+    "linalg.conv_2d_nchw_fchw",
+    "linalg.conv_2d_nhwc_hwcf",
+    "linalg.depthwise_conv_2d_nchw_chw",
+    "linalg.depthwise_conv_2d_nhwc_hwc",
+    "linalg.pooling_nchw_max",
+    "linalg.pooling_nchw_sum",
+    "linalg.transpose",
+    "linalg.broadcast",
+    "linalg.reduce",
+    "linalg.map",
+    "linalg.softmax",
+    "linalg.elementwise",
+    "scf.for",
+    "scf.yield",
+    "scf.if",
+    "ml_program.global",
+    "ml_program.global_load",
+    "tosa.matmul",
+    "tosa.conv2d",
+    "tosa.add",
+    "tosa.mul",
+    "tosa.sub",
+    "tosa.exp",
+    "tosa.reciprocal",
+    "tosa.reduce_sum",
+    "tosa.reduce_max",
+    "tosa.reshape",
+    "tosa.transpose",
+    "tosa.const",
+    "tosa.clamp",
+    "tosa.tanh",
+    "tosa.erf",
+    "tosa.sigmoid",
+    "tosa.rsqrt",
+    "tosa.cast",
+    "stablehlo.dot_general",
+    "stablehlo.convolution",
+    "stablehlo.add",
+    "stablehlo.multiply",
+    "stablehlo.subtract",
+    "stablehlo.divide",
+    "stablehlo.exponential",
+    "stablehlo.maximum",
+    "stablehlo.reduce",
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.reshape",
+    "stablehlo.transpose",
+    "stablehlo.constant",
+    "stablehlo.rsqrt",
+    "stablehlo.tanh",
+    "stablehlo.convert",
+    "stablehlo.return",
+    "layer.dense",
+    "layer.conv1d",
+    "layer.conv2d",
+    "layer.activation",
 )
-DIALECTS: tuple[str, ...] = ("func", "arith", "math", "tensor", "linalg", "scf", "ml_program", "memref",
-                             "vector", "tosa", "stablehlo", "torch", "layer")
+DIALECTS: tuple[str, ...] = (
+    "func",
+    "arith",
+    "math",
+    "tensor",
+    "linalg",
+    "scf",
+    "ml_program",
+    "memref",
+    "vector",
+    "tosa",
+    "stablehlo",
+    "torch",
+    "layer",
+)
 ELEM_TYPES: tuple[str, ...] = ("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1", "index", "fixed")
 MAX_DIM_BUCKET = 31
 WIDTH = 24  # tokens per op group in ``per_node`` (groups are truncated to it)
@@ -98,8 +209,13 @@ def _col(name: str) -> str:
     return "mlir_op_" + name.replace(".", "_")
 
 
-HIST_COLUMNS: tuple[str, ...] = (*(_col(n) for n in OP_VOCAB), "mlir_op_other", "mlir_n_ops", "mlir_n_edges",
-                                 "mlir_available")
+HIST_COLUMNS: tuple[str, ...] = (
+    *(_col(n) for n in OP_VOCAB),
+    "mlir_op_other",
+    "mlir_n_ops",
+    "mlir_n_edges",
+    "mlir_available",
+)
 
 
 def to_graph(source, where: str = "input") -> OpGraph:
@@ -126,8 +242,18 @@ _OP_SET = frozenset(OP_VOCAB)
 
 
 # --------------------------------------------------------------------------- hardware
-HW_COLUMNS = ("hw_is_gpu", "hw_sm_count", "hw_clock_mhz", "hw_memory_gb", "hw_l2_mb", "hw_log2_peak_flops",
-              "hw_log2_peak_fp32", "hw_log2_bandwidth", "hw_ridge_intensity", "hw_known")
+HW_COLUMNS = (
+    "hw_is_gpu",
+    "hw_sm_count",
+    "hw_clock_mhz",
+    "hw_memory_gb",
+    "hw_l2_mb",
+    "hw_log2_peak_flops",
+    "hw_log2_peak_fp32",
+    "hw_log2_bandwidth",
+    "hw_ridge_intensity",
+    "hw_known",
+)
 
 
 def hardware_vector(spec: HardwareSpec | None, dtype: str = "float32") -> np.ndarray:
@@ -135,9 +261,21 @@ def hardware_vector(spec: HardwareSpec | None, dtype: str = "float32") -> np.nda
     if spec is None:
         return np.zeros(len(HW_COLUMNS), np.float32)
     peak, bw = spec.peak_flops(dtype), spec.bandwidth_bytes_s
-    return np.array([spec.kind == "gpu", spec.sm_count, spec.boost_clock_mhz, spec.memory_gb, spec.l2_cache_mb,
-                     math.log2(peak), math.log2(spec.peak_flops("float32")), math.log2(bw), peak / bw, 1.0],
-                    np.float32)
+    return np.array(
+        [
+            spec.kind == "gpu",
+            spec.sm_count,
+            spec.boost_clock_mhz,
+            spec.memory_gb,
+            spec.l2_cache_mb,
+            math.log2(peak),
+            math.log2(spec.peak_flops("float32")),
+            math.log2(bw),
+            peak / bw,
+            1.0,
+        ],
+        np.float32,
+    )
 
 
 # --------------------------------------------------------------------------- the protocol
@@ -173,11 +311,13 @@ def build_encoder(spec: Mapping, registry: HardwareRegistry | None = None, **con
     return encoder
 
 
-def network_rows(model_input, registry: HardwareRegistry | None = None,
-                 trained_hardware: list[str] | None = None) -> tuple[list[dict], list[str | None]]:
+def network_rows(
+    model_input, registry: HardwareRegistry | None = None, trained_hardware: list[str] | None = None
+) -> tuple[list[dict], list[str | None]]:
     """Rows of ``mlir`` + ``hardware`` (+ ``dtype``, default float32) checked one by one: the one path of network
     inputs (training and serving). Returns the records and the resolved hardware id per row (``None`` without a
-    registry). With ``trained_hardware``, other hardware is refused. Bad input raises ``FeatureError`` naming the row."""
+    registry). With ``trained_hardware``, other hardware is refused. Bad input raises ``FeatureError`` naming the
+    row."""
     from data.workloads import DTYPES
 
     df = pd.DataFrame(model_input).reset_index(drop=True)
@@ -200,8 +340,10 @@ def network_rows(model_input, registry: HardwareRegistry | None = None,
             except KeyError as exc:  # UnknownHardwareError: the registry's one line
                 raise FeatureError(f"{where}: {exc}") from None
             if trained_hardware and hw not in trained_hardware:
-                raise FeatureError(f"{where}: hardware {hw!r} is not among the hardware this network model was "
-                                   f"trained on ({', '.join(trained_hardware)})")
+                raise FeatureError(
+                    f"{where}: hardware {hw!r} is not among the hardware this network model was "
+                    f"trained on ({', '.join(trained_hardware)})"
+                )
         if row["dtype"] not in DTYPES:
             raise FeatureError(f"{where}: unknown dtype {row['dtype']!r}; known dtypes: {', '.join(DTYPES)}")
         records.append(row)
@@ -243,9 +385,28 @@ class TabularEncoder:
 _ELEM_INDEX = {e: i for i, e in enumerate(ELEM_TYPES)}
 _OP_INDEX = {n: i for i, n in enumerate(OP_VOCAB)}
 _DIALECT_INDEX = {d: i for i, d in enumerate(DIALECTS)}
-NODE_NUMERIC = ("log2_bits", "rank", "log2_numel", "log2_operand_numel", "log2_d0", "log2_d1", "log2_d2", "log2_d3",
-                "n_operands", "n_results", "n_regions", "depth", "n_parallel", "n_reduction", "log2_reuse_factor",
-                "log2_iterations", "log2_flops", "log2_bytes", "log2_intensity", "log2_roofline_ns")
+NODE_NUMERIC = (
+    "log2_bits",
+    "rank",
+    "log2_numel",
+    "log2_operand_numel",
+    "log2_d0",
+    "log2_d1",
+    "log2_d2",
+    "log2_d3",
+    "n_operands",
+    "n_results",
+    "n_regions",
+    "depth",
+    "n_parallel",
+    "n_reduction",
+    "log2_reuse_factor",
+    "log2_iterations",
+    "log2_flops",
+    "log2_bytes",
+    "log2_intensity",
+    "log2_roofline_ns",
+)
 _CLASS_INDEX = {c: i for i, c in enumerate(OP_CLASSES)}
 OP_NAME_FEATURES = len(OP_VOCAB) + 1
 # default width (with the op-name one-hot); ``GraphEncoder(op_names=False)`` drops the first OP_NAME_FEATURES
@@ -263,8 +424,12 @@ def roofline_ms(flops: float, nbytes: float, peak_flops: float, bandwidth: float
     return 1e3 * max(flops / peak_flops, nbytes / bandwidth)
 
 
-def node_features(n: OpNode, g: OpGraph | None = None, peak_flops: float = REFERENCE_PEAK_FLOPS,
-                  bandwidth: float = REFERENCE_BANDWIDTH) -> np.ndarray:
+def node_features(
+    n: OpNode,
+    g: OpGraph | None = None,
+    peak_flops: float = REFERENCE_PEAK_FLOPS,
+    bandwidth: float = REFERENCE_BANDWIDTH,
+) -> np.ndarray:
     """One node's feature vector (width :data:`NODE_FEATURES`; see the module docstring)."""
     from features.mlir.graph import node_cost
 
@@ -283,13 +448,25 @@ def node_features(n: OpNode, g: OpGraph | None = None, peak_flops: float = REFER
     dims = [0] * (4 - len(dims)) + dims
     reuse = n.attrs.get("reuse_factor", 1)
     roof_ns = 1e6 * roofline_ms(cost.flops, cost.bytes, peak_flops, bandwidth)
-    v[off:] = [math.log2(1 + (main.bits if main else 0)), len(main.shape) if main else 0,
-               math.log2(1 + (main.numel if main else 0)), math.log2(1 + sum(t.numel for t in n.operands)),
-               *(math.log2(1 + max(d, 0)) for d in dims), len(n.operands), len(n.results), n.n_regions, n.depth,
-               n.iterator_types.count("parallel"), n.iterator_types.count("reduction"),
-               math.log2(reuse) if isinstance(reuse, int) and reuse > 0 else 0.0,
-               math.log2(1 + cost.iterations), math.log2(1 + cost.flops), math.log2(1 + cost.bytes),
-               math.log2(1 + cost.flops / cost.bytes) if cost.bytes else 0.0, math.log2(1 + roof_ns)]
+    v[off:] = [
+        math.log2(1 + (main.bits if main else 0)),
+        len(main.shape) if main else 0,
+        math.log2(1 + (main.numel if main else 0)),
+        math.log2(1 + sum(t.numel for t in n.operands)),
+        *(math.log2(1 + max(d, 0)) for d in dims),
+        len(n.operands),
+        len(n.results),
+        n.n_regions,
+        n.depth,
+        n.iterator_types.count("parallel"),
+        n.iterator_types.count("reduction"),
+        math.log2(reuse) if isinstance(reuse, int) and reuse > 0 else 0.0,
+        math.log2(1 + cost.iterations),
+        math.log2(1 + cost.flops),
+        math.log2(1 + cost.bytes),
+        math.log2(1 + cost.flops / cost.bytes) if cost.bytes else 0.0,
+        math.log2(1 + roof_ns),
+    ]
     return v
 
 
@@ -314,8 +491,10 @@ class GraphEncoder:
     def transform(self, rows) -> list:
         """One graph per row of ``mlir`` + ``hardware`` (+ ``dtype``): :func:`network_rows`, then :meth:`encode`."""
         records, _ = network_rows(rows, self.registry)
-        return [self.encode(r["mlir"], hardware=r["hardware"], dtype=r["dtype"], where=f"row {i}")
-                for i, r in enumerate(records)]
+        return [
+            self.encode(r["mlir"], hardware=r["hardware"], dtype=r["dtype"], where=f"row {i}")
+            for i, r in enumerate(records)
+        ]
 
     @property
     def n_features(self) -> int:
@@ -334,10 +513,16 @@ class GraphEncoder:
                 spec = self.registry.get(hardware)
             except KeyError as exc:
                 raise FeatureError(f"{where}: {exc}") from None
-        peak, bw = ((spec.peak_flops(dtype), spec.bandwidth_bytes_s) if spec is not None
-                    else (REFERENCE_PEAK_FLOPS, REFERENCE_BANDWIDTH))
-        x = (np.stack([node_features(n, g, peak, bw) for n in g.nodes]) if g.nodes
-             else np.zeros((0, NODE_FEATURES), np.float32))
+        peak, bw = (
+            (spec.peak_flops(dtype), spec.bandwidth_bytes_s)
+            if spec is not None
+            else (REFERENCE_PEAK_FLOPS, REFERENCE_BANDWIDTH)
+        )
+        x = (
+            np.stack([node_features(n, g, peak, bw) for n in g.nodes])
+            if g.nodes
+            else np.zeros((0, NODE_FEATURES), np.float32)
+        )
         if not self.op_names:
             x = np.ascontiguousarray(x[:, OP_NAME_FEATURES:])
         costs = node_costs(g)
@@ -346,11 +531,15 @@ class GraphEncoder:
         pairs = [*g.edges, *g.nesting]
         kinds = [[1.0, 0.0]] * len(g.edges) + [[0.0, 1.0]] * len(g.nesting)
         edge_index = torch.tensor(pairs, dtype=torch.long).t().reshape(2, -1)
-        return Data(x=torch.from_numpy(x), edge_index=edge_index,
-                    edge_attr=torch.tensor(kinds, dtype=torch.float32).reshape(-1, 2),
-                    u=torch.from_numpy(hardware_vector(spec, dtype)).unsqueeze(0),
-                    roofline_ms=torch.tensor(roof, dtype=torch.float32),
-                    kernel=torch.tensor(kernel, dtype=torch.float32), num_nodes=len(g.nodes))
+        return Data(
+            x=torch.from_numpy(x),
+            edge_index=edge_index,
+            edge_attr=torch.tensor(kinds, dtype=torch.float32).reshape(-1, 2),
+            u=torch.from_numpy(hardware_vector(spec, dtype)).unsqueeze(0),
+            roofline_ms=torch.tensor(roof, dtype=torch.float32),
+            kernel=torch.tensor(kernel, dtype=torch.float32),
+            num_nodes=len(g.nodes),
+        )
 
 
 # --------------------------------------------------------------------------- tokens
@@ -359,10 +548,20 @@ SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>", "<sep>", "<res>", "<arg>")
 
 def build_vocab() -> list[str]:
     """The token vocabulary, in id order (the saved ``features/mlir_vocab.json`` must equal this)."""
-    return [*SPECIALS, *OP_VOCAB, *(f"{d}.*" for d in DIALECTS),
-            *(f"type:{e}" for e in (*ELEM_TYPES, "other")), *(f"bits:{b}" for b in range(1, 65)),
-            *(f"rank:{r}" for r in range(9)), "dim:0", "dim:?", *(f"dim:2^{b}" for b in range(MAX_DIM_BUCKET + 1)),
-            *(f"rf:2^{b}" for b in range(17)), "strategy:latency", "strategy:resource"]
+    return [
+        *SPECIALS,
+        *OP_VOCAB,
+        *(f"{d}.*" for d in DIALECTS),
+        *(f"type:{e}" for e in (*ELEM_TYPES, "other")),
+        *(f"bits:{b}" for b in range(1, 65)),
+        *(f"rank:{r}" for r in range(9)),
+        "dim:0",
+        "dim:?",
+        *(f"dim:2^{b}" for b in range(MAX_DIM_BUCKET + 1)),
+        *(f"rf:2^{b}" for b in range(17)),
+        "strategy:latency",
+        "strategy:resource",
+    ]
 
 
 def save_vocab(path: Path = VOCAB_PATH) -> None:
@@ -435,7 +634,7 @@ class TokenEncoder:
             flat.append(self.vocab["<eos>"])
         per_node = torch.zeros((len(groups), WIDTH), dtype=torch.long)  # <pad> = 0
         for i, grp in enumerate(groups):
-            per_node[i, :min(len(grp), WIDTH)] = torch.tensor(grp[:WIDTH], dtype=torch.long)
+            per_node[i, : min(len(grp), WIDTH)] = torch.tensor(grp[:WIDTH], dtype=torch.long)
         return {"ids": torch.tensor(flat, dtype=torch.long), "per_node": per_node}
 
 

@@ -33,6 +33,7 @@ Rows are schema rows of ``data.importers.wa_hls4ml`` (op ``dense``, ``k`` = d_in
 The estimates are positive where a model uses them as a base (``base_columns``): ``*_base`` columns are the
 estimates floored at 1.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,10 +53,19 @@ def fpga_features(rows: pd.DataFrame) -> pd.DataFrame:
     k, n = rows["k"].to_numpy(float), rows["n"].to_numpy(float)
     bits, rf = cfg["cfg_precision_bits"].to_numpy(float), cfg["cfg_reuse_factor"].to_numpy(float)
     strategy = np.array([json.loads(c)["strategy"] == "resource" for c in rows["config"]], float)
-    return pd.DataFrame({"d_in": k, "d_out": n, "precision_bits": bits, "reuse_factor": rf,
-                         "strategy_resource": strategy, "log2_weights": np.log2(k * n),
-                         "log2_weight_bits": np.log2(k * n * bits), "log2_mults_per_cycle": np.log2(k * n / rf),
-                         "log2_reuse_factor": np.log2(rf)})
+    return pd.DataFrame(
+        {
+            "d_in": k,
+            "d_out": n,
+            "precision_bits": bits,
+            "reuse_factor": rf,
+            "strategy_resource": strategy,
+            "log2_weights": np.log2(k * n),
+            "log2_weight_bits": np.log2(k * n * bits),
+            "log2_mults_per_cycle": np.log2(k * n / rf),
+            "log2_reuse_factor": np.log2(rf),
+        }
+    )
 
 
 def bram18_blocks(depth, width_bits) -> np.ndarray:
@@ -89,30 +99,49 @@ def hls4ml_features(rows: pd.DataFrame) -> pd.DataFrame:
     tree = np.ceil(np.log2(np.maximum(k, 2)))
     depth = np.where(parallel > 0, 1 + tree / 4, rf + 2)
     out = base.assign(
-        mults_per_cycle=mults, log2_mults=np.log2(mults), fully_parallel=parallel, product_bits=2 * p,
-        dsp_per_mult=dsp_per_mult, dsps_if_mapped=mults * dsp_per_mult, log2_lut_mult_bits=np.log2(mults * p * p),
-        weight_bits=k * n * p, bram18_if_stored=bram, bram18_capacity=np.ceil(k * n * p / 18432),
-        accumulator_bits=2 * p + tree, adder_tree_depth=tree, pipeline_depth=depth,
-        log2_outputs_x_accumulator=np.log2(n * (2 * p + tree)), log2_inputs_x_bits=np.log2(k * p))
+        mults_per_cycle=mults,
+        log2_mults=np.log2(mults),
+        fully_parallel=parallel,
+        product_bits=2 * p,
+        dsp_per_mult=dsp_per_mult,
+        dsps_if_mapped=mults * dsp_per_mult,
+        log2_lut_mult_bits=np.log2(mults * p * p),
+        weight_bits=k * n * p,
+        bram18_if_stored=bram,
+        bram18_capacity=np.ceil(k * n * p / 18432),
+        accumulator_bits=2 * p + tree,
+        adder_tree_depth=tree,
+        pipeline_depth=depth,
+        log2_outputs_x_accumulator=np.log2(n * (2 * p + tree)),
+        log2_inputs_x_bits=np.log2(k * p),
+    )
     # the resource strategy's index pattern (hls4ml nnet_dense_resource): lane m reads input (c + m * reuse) mod d_in
     # at cycle c, so it multiplexes min(reuse, d_in) inputs; reuse > d_in wraps around the inputs (with or without a
     # remainder) and then also switches accumulators
     mux_inputs = np.where(parallel > 0, 1.0, np.minimum(rf, k))
     case = np.where(parallel > 0, 0.0, np.where(rf <= k, 1.0, np.where(rf % k == 0, 2.0, 3.0)))
     out = out.assign(
-        mux_inputs_per_lane=mux_inputs, log2_mux_bits=np.log2(mults * p * mux_inputs), reuse_case=case,
+        mux_inputs_per_lane=mux_inputs,
+        log2_mux_bits=np.log2(mults * p * mux_inputs),
+        reuse_case=case,
         outputs_per_lane=np.where(parallel > 0, 1.0, np.maximum(rf / k, 1.0)),
-        reuse_pow2=(np.log2(rf) % 1 == 0).astype(float), d_in_pow2=(np.log2(k) % 1 == 0).astype(float),
-        d_out_pow2=(np.log2(n) % 1 == 0).astype(float), gcd_reuse_d_in=np.gcd(rf.astype(int), k.astype(int)) / k)
+        reuse_pow2=(np.log2(rf) % 1 == 0).astype(float),
+        d_in_pow2=(np.log2(k) % 1 == 0).astype(float),
+        d_out_pow2=(np.log2(n) % 1 == 0).astype(float),
+        gcd_reuse_d_in=np.gcd(rf.astype(int), k.astype(int)) / k,
+    )
     # what LUT and FF scale with (docs/search.md): a fully parallel design pays per weight (constant multipliers,
     # adder trees), a stored-weight design per output (each lane keeps reuse / d_in accumulators) and per input
     # (the input multiplexer); with the latency strategy and reuse > 1, Vivado shares the DSP multipliers of
     # >= 8-bit products (a few DSPs, hundreds of cycles) and keeps the rest of the fully parallel datapath
     out = out.assign(
-        weights=k * n, log2_d_in=np.log2(k), log2_d_out=np.log2(n),
+        weights=k * n,
+        log2_d_in=np.log2(k),
+        log2_d_out=np.log2(n),
         log2_outputs_per_lane=np.where(parallel > 0, 0.0, np.log2(rf / k)),
         outputs_per_lane_pow2=np.where(parallel > 0, 1.0, (np.log2(rf / k) % 1 == 0).astype(float)),
-        shared_dsp=((resource == 0) & (rf > 1) & (p >= 8)).astype(float))
+        shared_dsp=((resource == 0) & (rf > 1) & (p >= 8)).astype(float),
+    )
     out["dsps_base"] = np.maximum(out["dsps_if_mapped"], 1.0)
     out["bram18_base"] = np.maximum(bram, 1.0)
     out["latency_base"] = np.maximum(depth, 1.0)
@@ -125,12 +154,23 @@ def hls4ml_features(rows: pd.DataFrame) -> pd.DataFrame:
 # a fully parallel one as weights x exp(f(precision, strategy, DSP sharing, adder-tree depth)). Each tree then
 # learns a per-output or per-weight cost that stays in the range seen in training, and the size of a withheld
 # layer shape enters through the base and the offset (docs/search.md, "FPGA").
-STORED_LUT_FF_FEATURES = ["precision_bits", "log2_outputs_per_lane", "log2_mults", "log2_d_out", "reuse_case",
-                          "outputs_per_lane_pow2"]
+STORED_LUT_FF_FEATURES = [
+    "precision_bits",
+    "log2_outputs_per_lane",
+    "log2_mults",
+    "log2_d_out",
+    "reuse_case",
+    "outputs_per_lane_pow2",
+]
 PARALLEL_LUT_FF_FEATURES = ["precision_bits", "strategy_resource", "shared_dsp", "dsp_per_mult", "adder_tree_depth"]
 LUT_FF_REGIMES = {
-    "lut": {"features": {"0": STORED_LUT_FF_FEATURES, "1": PARALLEL_LUT_FF_FEATURES},
-            "base_columns": {"0": "d_out", "1": "weights"}, "offset_columns": {"0": "d_in"}},
-    "ff": {"features": {"0": STORED_LUT_FF_FEATURES, "1": PARALLEL_LUT_FF_FEATURES},
-           "base_columns": {"0": "d_out", "1": "weights"}},
+    "lut": {
+        "features": {"0": STORED_LUT_FF_FEATURES, "1": PARALLEL_LUT_FF_FEATURES},
+        "base_columns": {"0": "d_out", "1": "weights"},
+        "offset_columns": {"0": "d_in"},
+    },
+    "ff": {
+        "features": {"0": STORED_LUT_FF_FEATURES, "1": PARALLEL_LUT_FF_FEATURES},
+        "base_columns": {"0": "d_out", "1": "weights"},
+    },
 }

@@ -12,6 +12,7 @@ a ``UnicodeDecodeError`` traceback or a silently dropped column:
   UTF-8, refusing a repeated CSV header or JSON key (pandas would rename the first, JSON keep the last) and an
   empty table. The values are checked by ``TabularFeaturizer.check``, the one validation of workload frames.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,8 +37,9 @@ def mlir_text(value, where: str = "mlir") -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise FeatureError(f"{where}: not valid Unicode text (an unpaired surrogate at character {exc.start})") \
-            from None
+        raise FeatureError(
+            f"{where}: not valid Unicode text (an unpaired surrogate at character {exc.start})"
+        ) from None
     nul = value.find("\x00")
     if nul >= 0:
         raise FeatureError(f"{where}: a NUL character at offset {nul}: binary data, not MLIR module text")
@@ -71,14 +73,14 @@ def parse_workloads(data: bytes, suffix: str, name: str = "input") -> pd.DataFra
             if suffix == ".json":
                 records = json.loads(text, object_pairs_hook=_unique_keys)
             else:
-                records = [json.loads(line, object_pairs_hook=_unique_keys)
-                           for line in text.splitlines() if line.strip()]
+                records = [
+                    json.loads(line, object_pairs_hook=_unique_keys) for line in text.splitlines() if line.strip()
+                ]
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
                 raise FeatureError(f"{name}: expected JSON records (objects, one per workload)")
             df = pd.DataFrame(records)
     except _RepeatedKey as exc:
-        raise FeatureError(f"{name}: key {echo(exc.args[0], 40)} repeats in a record: give each column once") \
-            from None
+        raise FeatureError(f"{name}: key {echo(exc.args[0], 40)} repeats in a record: give each column once") from None
     except (ValueError, csv.Error, pd.errors.ParserError) as exc:  # json.JSONDecodeError is a ValueError
         if isinstance(exc, FeatureError):
             raise
@@ -121,5 +123,6 @@ def _decode(data: bytes, where: str, what: str) -> str:
     try:
         return data.decode("utf-8-sig")  # a leading byte-order mark (spreadsheet exports) is not text
     except UnicodeDecodeError as exc:
-        raise FeatureError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
-                           f"expected {what}") from None
+        raise FeatureError(
+            f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): expected {what}"
+        ) from None

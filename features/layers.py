@@ -6,6 +6,7 @@ runtimes. ``transform(networks)`` maps each network row (its ``layer_ids`` JSON 
 positions of its layers in that table, in network order (a repeated layer counts each time). Layer-sum models
 (``models.layer_sum``) learn from the layers and add them up per network.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,13 +20,13 @@ from features.tabular import FeatureError, TabularFeaturizer
 
 @dataclass(frozen=True)
 class LayerTable:
-    features: pd.DataFrame     # one row per distinct layer
-    runtime_ms: np.ndarray     # its measured runtime
+    features: pd.DataFrame  # one row per distinct layer
+    runtime_ms: np.ndarray  # its measured runtime
 
 
 @dataclass(frozen=True)
 class LayerSet:
-    positions: np.ndarray      # rows of ``table`` (network order, repeats kept)
+    positions: np.ndarray  # rows of ``table`` (network order, repeats kept)
     table: LayerTable
 
 

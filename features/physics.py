@@ -30,6 +30,7 @@ Memory: ``t_memory = bytes / bandwidth`` with bytes = inputs + weights + outputs
 sees only dimensionless numbers: waves, tail-wave occupancy, tile fill, K depth, aspect ratios, alignment,
 compute time over memory time, bytes over L2, dtype class, op family.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,19 @@ from data.hardware import HardwareRegistry, HardwareSpec
 from data.workloads import OPS, SHAPE_PARAMS, count_cost
 from features.tabular import DTYPE_BYTES, FeatureError, TabularFeaturizer
 
-TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64), (128, 32), (32, 128), (64, 32), (32, 64),
-         (32, 32))  # (tm, tn): the CTA tiles of cuBLAS / CUTLASS / cuDNN kernels (e.g. volta_sgemm_128x32)
+TILES = (
+    (256, 128),
+    (128, 256),
+    (128, 128),
+    (128, 64),
+    (64, 128),
+    (64, 64),
+    (128, 32),
+    (32, 128),
+    (64, 32),
+    (32, 64),
+    (32, 32),
+)  # (tm, tn): the CTA tiles of cuBLAS / CUTLASS / cuDNN kernels (e.g. volta_sgemm_128x32)
 SPLIT_K = (1, 2, 4, 8, 16)
 MIN_K_PER_SPLIT = 64  # a K slice shorter than this is not worth a split (the library's own lower limit is similar)
 ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
@@ -55,14 +67,36 @@ MODES = ("fp32", "tf32", "tensor16", "fp32_acc16")  # fp32 FMA, TF32 tensor core
 # ratio of spec numbers alone (e.g. the ridge point): with a handful of training GPUs such a column names the GPU and
 # the trees learn each GPU's own factor instead of a rule (leave-one-GPU-out on NeuSight: A100 MAPE 36 -> 21%).
 FEATURES = (
-    *(f"family_{f}" for f in FAMILIES), *(f"op_{op}" for op in PHYSICS_OPS), *(f"mode_{m}" for m in MODES),
-    "dtype_bytes", "log2_waves", "tail_occupancy", "tile_fill", "log2_split_k", "log2_k", "log2_k_per_split",
-    "log2_m_over_n", "log2_batch", "log2_align_bytes", "log2_compute_over_memory", "log2_bytes_over_l2",
-    "log2_elements_per_sm", "log2_row", "conv_kernel", "conv_stride", "causal",
+    *(f"family_{f}" for f in FAMILIES),
+    *(f"op_{op}" for op in PHYSICS_OPS),
+    *(f"mode_{m}" for m in MODES),
+    "dtype_bytes",
+    "log2_waves",
+    "tail_occupancy",
+    "tile_fill",
+    "log2_split_k",
+    "log2_k",
+    "log2_k_per_split",
+    "log2_m_over_n",
+    "log2_batch",
+    "log2_align_bytes",
+    "log2_compute_over_memory",
+    "log2_bytes_over_l2",
+    "log2_elements_per_sm",
+    "log2_row",
+    "conv_kernel",
+    "conv_stride",
+    "causal",
 )
 # Hardware position (for the domain of validity, models/domain.py): log2 of spec numbers, never a learner input.
-HARDWARE = ("hw_log2_peak_flops", "hw_log2_peak_fp32", "hw_log2_bandwidth", "hw_log2_sm_count", "hw_log2_l2_bytes",
-            "hw_is_gpu")
+HARDWARE = (
+    "hw_log2_peak_flops",
+    "hw_log2_peak_fp32",
+    "hw_log2_bandwidth",
+    "hw_log2_sm_count",
+    "hw_log2_l2_bytes",
+    "hw_is_gpu",
+)
 HARDWARE_IDENTITY = HARDWARE[1:]  # the same for every row of one GPU (the math mode's peak varies with the dtype)
 SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
 TIMES = ("compute_ms", "memory_ms", "physics_ms")
@@ -178,17 +212,24 @@ def _shape_table(df: pd.DataFrame) -> pd.DataFrame:
         op, dt = ops[i], dtypes[i]
         fam = OPS[op].family
         if fam not in FAMILIES:
-            raise FeatureError(f"row {i}: op {op!r} (family {fam}) has no physics model; "
-                               f"ops with one: {', '.join(PHYSICS_OPS)}")
+            raise FeatureError(
+                f"row {i}: op {op!r} (family {fam}) has no physics model; ops with one: {', '.join(PHYSICS_OPS)}"
+            )
         params = {p: int(shapes[p][i]) for p in OPS[op].params}
         flops, nbytes = count_cost(op, params, dt)
         if op == "sdpa":
-            dims = (params["batch"] * params["heads"], params["seq_len"], params["head_dim"],
-                    params["seq_len"] * (1 if params["causal"] else 2))
+            dims = (
+                params["batch"] * params["heads"],
+                params["seq_len"],
+                params["head_dim"],
+                params["seq_len"] * (1 if params["causal"] else 2),
+            )
         else:
             dims = gemm_dims(op, params) or (1, params.get("m", 1), params.get("n", 1), 0)
         records.append((fam, flops, nbytes, *dims, *_contiguous(op, params)))
-    table = pd.DataFrame(records, columns=["family", "flops", "bytes", "g_batch", "g_m", "g_n", "g_k", "row_a", "row_b"])
+    table = pd.DataFrame(
+        records, columns=["family", "flops", "bytes", "g_batch", "g_m", "g_n", "g_k", "row_a", "row_b"]
+    )
     return table.iloc[inverse].reset_index(drop=True)
 
 
@@ -248,7 +289,9 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["log2_k_per_split"] = np.where(is_gemm, np.log2(np.maximum(k, 1) / split), 0.0)
     X["log2_m_over_n"] = np.where(is_gemm, np.log2(m / n), 0.0)
     X["log2_batch"] = np.log2(batch)
-    align = np.minimum(_two_adic_bytes(shp["row_a"].to_numpy(), dbytes), _two_adic_bytes(shp["row_b"].to_numpy(), dbytes))
+    align = np.minimum(
+        _two_adic_bytes(shp["row_a"].to_numpy(), dbytes), _two_adic_bytes(shp["row_b"].to_numpy(), dbytes)
+    )
     X["log2_align_bytes"] = np.log2(align)
     X["log2_compute_over_memory"] = np.where(is_gemm, np.log2(np.maximum(t_c, 1e-15) / t_m), -10.0)
     X["log2_bytes_over_l2"] = np.log2(nbytes / hw["l2"])

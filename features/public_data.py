@@ -5,6 +5,7 @@
 * :func:`config_frame`: a row's ``config`` JSON (Kernel Tuner tunables, hls4ml settings) as numeric columns;
 * :func:`fpga_features`: a dense layer on an FPGA (d_in, d_out, precision, reuse factor, strategy + log2 products).
 """
+
 from __future__ import annotations
 
 import pandas as pd

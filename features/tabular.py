@@ -17,6 +17,7 @@ predicts unseen GPUs from a tile/wave decomposition of the kernel the same way):
 occupancy at a few tile sizes, arithmetic intensity relative to the ridge point, bytes relative to the L2
 cache, a memory-bound flag and the wave-quantised roofline time.
 """
+
 from __future__ import annotations
 
 import functools
@@ -59,8 +60,10 @@ def gemm_mn(op, params, groups=None) -> tuple[np.ndarray, np.ndarray, np.ndarray
     for c, name in enumerate(names):
         if name in GEMM_OPS:
             rows = codes == c
-            got = gemm_dims(name, with_defaults(name, {k: np.asarray(params[k], float)[rows]
-                                                       for k in OPS[name].names if k in params}))
+            got = gemm_dims(
+                name,
+                with_defaults(name, {k: np.asarray(params[k], float)[rows] for k in OPS[name].names if k in params}),
+            )
             for out, values in zip(dims, got):
                 out[rows] = values
     return dims
@@ -86,12 +89,12 @@ def work_tiles(op, params, nbytes, dtype_bytes, tile: int) -> np.ndarray:
 
 def _tiles(gemm, nbytes, dtype_bytes, tile):
     batch, m, n = gemm[:3]
-    return np.where(np.isnan(m), np.ceil(nbytes / dtype_bytes / tile**2),
-                    batch * np.ceil(m / tile) * np.ceil(n / tile))
+    return np.where(np.isnan(m), np.ceil(nbytes / dtype_bytes / tile**2), batch * np.ceil(m / tile) * np.ceil(n / tile))
 
 
-def transfer_features(op, params, flops, nbytes, dtype_bytes, sm_count, l2_bytes, peak, bw,
-                      groups=None) -> dict[str, np.ndarray]:
+def transfer_features(
+    op, params, flops, nbytes, dtype_bytes, sm_count, l2_bytes, peak, bw, groups=None
+) -> dict[str, np.ndarray]:
     """Dimensionless, hardware-normalised features (module docstring); arrays in, arrays of columns out.
 
     ``params``: shape name -> array (or a list of one dict per row); ``groups``: ``pd.factorize(op)`` where the
@@ -138,8 +141,15 @@ def transfer_features(op, params, flops, nbytes, dtype_bytes, sm_count, l2_bytes
 
 
 # Columns on an absolute scale of one GPU (times, spec numbers, per-SM amounts): dropped by ``transfer_columns``.
-ABSOLUTE_SCALE = ("hw_", "roofline_", "log2_roofline", "log2_wave_ms_", "log2_wave_roofline_ms", "log2_bytes_per_sm",
-                  "log2_flops_per_sm")
+ABSOLUTE_SCALE = (
+    "hw_",
+    "roofline_",
+    "log2_roofline",
+    "log2_wave_ms_",
+    "log2_wave_roofline_ms",
+    "log2_bytes_per_sm",
+    "log2_flops_per_sm",
+)
 TRANSFER_KEEP = ("hw_ridge_intensity", "hw_log2_bandwidth")  # the roofline's two spec numbers stay
 
 
@@ -207,10 +217,11 @@ def _column_problem(codes: np.ndarray, bad: dict[int, str]):
 @dataclass
 class _Checked:
     """A validated workload frame as arrays: what :meth:`TabularFeaturizer.check` returns as a frame."""
-    frame: pd.DataFrame       # the input, index reset
-    ops: np.ndarray           # op names (object)
-    dtypes: np.ndarray        # dtype names (object), float32 where missing
-    hardware: np.ndarray      # resolved hardware ids (object)
+
+    frame: pd.DataFrame  # the input, index reset
+    ops: np.ndarray  # op names (object)
+    dtypes: np.ndarray  # dtype names (object), float32 where missing
+    hardware: np.ndarray  # resolved hardware ids (object)
     shapes: dict[str, np.ndarray]  # float64 per shape parameter, 0 where the row's op does not use it
 
 
@@ -230,8 +241,11 @@ class TabularFeaturizer:
         """
         c = self._check(workloads)
         cols = {col: c.frame[col] for col in c.frame.columns}
-        cols.update(op=pd.Series(c.ops, dtype=str), hardware=pd.Series(c.hardware, dtype=str),
-                    dtype=pd.Series(c.dtypes, dtype=str))
+        cols.update(
+            op=pd.Series(c.ops, dtype=str),
+            hardware=pd.Series(c.hardware, dtype=str),
+            dtype=pd.Series(c.dtypes, dtype=str),
+        )
         for col in SHAPE_PARAMS:
             cols[col] = c.shapes[col]
         return pd.DataFrame(cols, index=c.frame.index)
@@ -242,8 +256,12 @@ class TabularFeaturizer:
 
     def features(self, df: pd.DataFrame) -> pd.DataFrame:
         """The feature frame of a frame :meth:`check` already validated and normalised."""
-        return self._features(df["op"].to_numpy(object), df["dtype"].to_numpy(object),
-                              df["hardware"].to_numpy(object), {p: df[p].to_numpy(float) for p in SHAPE_PARAMS})
+        return self._features(
+            df["op"].to_numpy(object),
+            df["dtype"].to_numpy(object),
+            df["hardware"].to_numpy(object),
+            {p: df[p].to_numpy(float) for p in SHAPE_PARAMS},
+        )
 
     def _check(self, workloads) -> _Checked:
         if not isinstance(workloads, pd.DataFrame):
@@ -254,12 +272,15 @@ class TabularFeaturizer:
             raise FeatureError(f"duplicate column(s) {', '.join(echo(c, 40) for c in dup[:5])}: give each column once")
         renamed = [c for c in columns if isinstance(c, str) and _RENAMED.match(c)]
         if renamed:
-            raise FeatureError(f"column {echo(renamed[0], 40)} repeats column {renamed[0].rsplit('.', 1)[0]!r} "
-                               "(a CSV reader renames a repeated header): give each column once")
+            raise FeatureError(
+                f"column {echo(renamed[0], 40)} repeats column {renamed[0].rsplit('.', 1)[0]!r} "
+                "(a CSV reader renames a repeated header): give each column once"
+            )
         missing = [c for c in REQUIRED if c not in columns]
         if missing:
-            raise FeatureError(f"workloads lack column(s) {', '.join(missing)} (need op, hardware, dtype and shape "
-                               "columns)")
+            raise FeatureError(
+                f"workloads lack column(s) {', '.join(missing)} (need op, hardware, dtype and shape columns)"
+            )
         df = workloads.reset_index(drop=True)
         n = len(df)
         problems = []
@@ -281,8 +302,11 @@ class TabularFeaturizer:
                 dt_names.append("float32")
         else:
             dt_codes, dt_names = np.zeros(n, np.intp), ["float32"]
-        bad = {c: f"unknown dtype {echo(_value(v), 80)}; known dtypes: {', '.join(DTYPES)}"
-               for c, v in enumerate(dt_names) if not isinstance(v, str) or v not in DTYPES}
+        bad = {
+            c: f"unknown dtype {echo(_value(v), 80)}; known dtypes: {', '.join(DTYPES)}"
+            for c, v in enumerate(dt_names)
+            if not isinstance(v, str) or v not in DTYPES
+        }
         problems.append(_column_problem(dt_codes, bad))
 
         hw_codes, hw_names = _factorize(df["hardware"].to_numpy(object))
@@ -296,8 +320,9 @@ class TabularFeaturizer:
             elif spec is None:
                 bad[c] = f"unknown hardware {echo(_value(v), 80)}; known: {', '.join(self.registry.ids)}"
             elif "float32" not in spec.peak_tflops:
-                bad[c] = (f"hardware {spec.id!r} ({spec.kind}) has no float32 peak FLOP/s in its spec: no tabular "
-                          "features")
+                bad[c] = (
+                    f"hardware {spec.id!r} ({spec.kind}) has no float32 peak FLOP/s in its spec: no tabular features"
+                )
         problems.append(_column_problem(hw_codes, bad))
         specs.append(None)  # code -1 (an empty cell) indexes the last entry
         memory_gb = np.array([np.nan if s is None else s.memory_gb for s in specs], float)[hw_codes]
@@ -315,9 +340,14 @@ class TabularFeaturizer:
             whole = len(rows) == n
             params = OPS[op].names
             group = {p: raw[p] if whole else raw[p][rows] for p in params if p in raw}
-            values, found = shape_problems(op, group, len(rows), dtypes=dtypes if whole else dtypes[rows],
-                                           memory_gb=memory_gb if whole else memory_gb[rows],
-                                           hardware=hardware if whole else hardware[rows])
+            values, found = shape_problems(
+                op,
+                group,
+                len(rows),
+                dtypes=dtypes if whole else dtypes[rows],
+                memory_gb=memory_gb if whole else memory_gb[rows],
+                hardware=hardware if whole else hardware[rows],
+            )
             first = first_problem(found)
             if first is not None:
                 problems.append((np.arange(n) == rows[first[0]], lambda _, message=first[1]: message))
@@ -330,8 +360,9 @@ class TabularFeaturizer:
             raise FeatureError(f"row {first[0]}: {first[1]}")
         return _Checked(df, ops, dtypes, hardware, shapes)
 
-    def _features(self, ops: np.ndarray, dtypes: np.ndarray, hardware: np.ndarray,
-                  shapes: dict[str, np.ndarray]) -> pd.DataFrame:
+    def _features(
+        self, ops: np.ndarray, dtypes: np.ndarray, hardware: np.ndarray, shapes: dict[str, np.ndarray]
+    ) -> pd.DataFrame:
         """Vectorised over rows: FLOPs and bytes from the closed forms of ``data.costs`` (one numpy pass per op),
         spec numbers looked up once per hardware (peak FLOP/s once per hardware and dtype) and spread by index;
         the columns fill one float64 matrix, wrapped in one DataFrame."""
@@ -346,8 +377,9 @@ class TabularFeaturizer:
             return np.array([value(s) for s in specs], float)[hw_codes]
 
         pair_codes, pairs = pd.factorize(hw_codes * len(dt_names) + dt_codes)
-        peak = np.array([specs[p // len(dt_names)].peak_flops(dt_names[p % len(dt_names)]) for p in pairs],
-                        float)[pair_codes]
+        peak = np.array([specs[p // len(dt_names)].peak_flops(dt_names[p % len(dt_names)]) for p in pairs], float)[
+            pair_codes
+        ]
         bw = spec_column(lambda s: s.bandwidth_bytes_s)
 
         X = dict(shapes)  # columns collected first, one matrix at the end
@@ -373,8 +405,20 @@ class TabularFeaturizer:
         X["roofline_memory_ms"] = nbytes / bw * 1e3
         X["roofline_ms"] = roofline_s(flops, nbytes, peak, bw) * 1e3
         X["log2_roofline_ms"] = np.log2(X["roofline_ms"])
-        X.update(transfer_features(ops, shapes, flops, nbytes, X["dtype_bytes"], X["hw_sm_count"],
-                                   X["hw_l2_mb"] * 2**20, peak, bw, groups=(op_codes, op_names)))
+        X.update(
+            transfer_features(
+                ops,
+                shapes,
+                flops,
+                nbytes,
+                X["dtype_bytes"],
+                X["hw_sm_count"],
+                X["hw_l2_mb"] * 2**20,
+                peak,
+                bw,
+                groups=(op_codes, op_names),
+            )
+        )
         matrix = np.empty((n, len(X)), order="F")  # column-major: each column is one contiguous write, and it is
         for j, values in enumerate(X.values()):  # already the layout of a DataFrame's float block (no copy)
             matrix[:, j] = values
@@ -412,8 +456,9 @@ class PowerFeaturizer(TabularFeaturizer):
         no_tdp = np.isin(hw_codes, [c for c, sim in enumerate(sims) if sim.hardware.tdp_w is None])
         if no_tdp.any():
             i = int(np.argmax(no_tdp))
-            raise FeatureError(f"row {i}: hardware {df.at[i, 'hardware']!r} has no tdp_w in its spec: no power "
-                               "prediction")
+            raise FeatureError(
+                f"row {i}: hardware {df.at[i, 'hardware']!r} has no tdp_w in its spec: no power prediction"
+            )
         # the simulator's runtime, vectorised per hardware (SimRooflineBackend.runtimes_s, the formula it uses for
         # one workload): each row's GEMM (a grouped conv: one per group), its bytes and its dtype's peak
         ops, dtypes = df["op"].to_numpy(object), df["dtype"].to_numpy(object)
@@ -437,6 +482,7 @@ class PowerFeaturizer(TabularFeaturizer):
         X["log2_analytical_runtime_ms"] = np.log2(runtime_s * 1e3)
         X["analytical_utilisation"] = u
         X["analytical_power_w"] = analytical_power_w(u, idle, tdp)
-        X["analytical_power_frac"] = ((X["analytical_power_w"] - X["hw_idle_power_w"])
-                                      / (X["hw_tdp_w"] - X["hw_idle_power_w"]))
+        X["analytical_power_frac"] = (X["analytical_power_w"] - X["hw_idle_power_w"]) / (
+            X["hw_tdp_w"] - X["hw_idle_power_w"]
+        )
         return X

@@ -38,6 +38,7 @@ Shapes collapse as the conventions say: an elementwise kernel's [m, n] is (eleme
 ``linear`` on [batch, tokens, k] has m = batch x tokens. dtype is the kernel's floating dtype; integer and bool
 kernels (position ids, masks) are costed in the model's float dtype: they are small.
 """
+
 from __future__ import annotations
 
 import copy as _copy
@@ -49,7 +50,8 @@ import operator
 import re
 import warnings
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 import torch
@@ -59,9 +61,17 @@ from data.workloads import DTYPES, SHAPE_PARAMS, WorkloadError, validate
 
 aten = torch.ops.aten
 
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8,
-                "uint8": torch.uint8, "bool": torch.bool}
+TORCH_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
 COLUMNS = ["node", "target", "module", "op", "dtype", *SHAPE_PARAMS]
 
 
@@ -73,8 +83,8 @@ class CaptureError(ValueError):
 @dataclasses.dataclass
 class Capture:
     graph_module: torch.fx.GraphModule
-    method: str           # "torch.export" or "make_fx"
-    note: str = ""        # why torch.export was not used, when it was not
+    method: str  # "torch.export" or "make_fx"
+    note: str = ""  # why torch.export was not used, when it was not
 
 
 class _Flat(torch.nn.Module):
@@ -120,8 +130,10 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | No
         try:  # runs the module once for real: free on meta tensors (the inputs follow the module's device)
             gm = make_fx(functools.partial(flat, **kwargs), tracing_mode="real", pre_dispatch=True)(*args)
         except Exception as exc:  # noqa: BLE001 - both tracers failed: one line naming both reasons
-            raise CaptureError(f"cannot capture {type(module).__name__}: {note.split('; ')[0]}; make_fx failed too "
-                               f"({type(exc).__name__}: {_first_line(exc)})") from None
+            raise CaptureError(
+                f"cannot capture {type(module).__name__}: {note.split('; ')[0]}; make_fx failed too "
+                f"({type(exc).__name__}: {_first_line(exc)})"
+            ) from None
     return Capture(gm, "make_fx", note)
 
 
@@ -136,39 +148,171 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------------------- mapping
 WHOLE = {  # ATen ops kept whole (one kernel / one library call on a GPU); everything else is replayed
-    "linear", "conv2d", "convolution", "_convolution", "batch_norm", "_native_batch_norm_legit_no_training",
-    "native_batch_norm", "_native_batch_norm_legit", "layer_norm", "native_layer_norm", "rms_norm",
-    "_fused_rms_norm", "softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",
-    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_fused_attention_overrideable", "embedding", "max_pool2d", "max_pool2d_with_indices",
-    "avg_pool2d", "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "group_norm", "native_group_norm",
+    "linear",
+    "conv2d",
+    "convolution",
+    "_convolution",
+    "batch_norm",
+    "_native_batch_norm_legit_no_training",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "layer_norm",
+    "native_layer_norm",
+    "rms_norm",
+    "_fused_rms_norm",
+    "softmax",
+    "_softmax",
+    "log_softmax",
+    "_log_softmax",
+    "_safe_softmax",
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "embedding",
+    "max_pool2d",
+    "max_pool2d_with_indices",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "_adaptive_avg_pool2d",
+    "group_norm",
+    "native_group_norm",
 }
 NO_KERNEL = {  # allocations, asserts, metadata, scalar reads and views ATen does not mark as aliases
-    "_unsafe_view", "_reshape_alias", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-    "empty_permuted", "resize", "set",
-    "_assert_tensor_metadata", "_assert_scalar", "_assert_async", "_functional_assert_scalar", "sym_constrain_range",
-    "sym_constrain_range_for_size", "_local_scalar_dense", "item", "sym_size", "sym_numel", "sym_stride",
-    "sym_storage_offset", "lift_fresh", "lift_fresh_copy", "dropout", "feature_dropout", "alpha_dropout",
-    "detach", "_to_dense", "is_same_size", "is_nonzero", "_has_compatible_shallow_copy_type", "record_stream",
+    "_unsafe_view",
+    "_reshape_alias",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "empty_permuted",
+    "resize",
+    "set",
+    "_assert_tensor_metadata",
+    "_assert_scalar",
+    "_assert_async",
+    "_functional_assert_scalar",
+    "sym_constrain_range",
+    "sym_constrain_range_for_size",
+    "_local_scalar_dense",
+    "item",
+    "sym_size",
+    "sym_numel",
+    "sym_stride",
+    "sym_storage_offset",
+    "lift_fresh",
+    "lift_fresh_copy",
+    "dropout",
+    "feature_dropout",
+    "alpha_dropout",
+    "detach",
+    "_to_dense",
+    "is_same_size",
+    "is_nonzero",
+    "_has_compatible_shallow_copy_type",
+    "record_stream",
 }
-FACTORIES = {"arange", "full", "zeros", "ones", "new_ones", "new_zeros", "new_full", "full_like", "zeros_like",
-             "ones_like", "scalar_tensor", "fill", "zero", "linspace", "logspace", "eye", "rand", "randn", "randint",
-             "rand_like", "randn_like", "randint_like", "randperm", "normal", "uniform", "bernoulli"}
-COPIES = {"clone", "_to_copy", "copy", "cat", "concat", "concatenate", "stack", "hstack", "vstack", "index",
-          "_unsafe_index", "index_select", "gather", "take", "take_along_dim", "repeat", "tile", "repeat_interleave",
-          "flip", "roll", "constant_pad_nd", "pad", "reflection_pad1d", "reflection_pad2d", "replication_pad1d",
-          "replication_pad2d", "tril", "triu", "narrow_copy", "_reshape_copy", "masked_select"}
-WRITES_SOURCE = {"index_put": "values", "_unsafe_index_put": "values", "slice_scatter": "src",
-                 "select_scatter": "src", "diagonal_scatter": "src", "scatter": "src", "scatter_add": "src",
-                 "scatter_reduce": "src", "index_add": "source", "index_copy": "source", "masked_scatter": "source"}
+FACTORIES = {
+    "arange",
+    "full",
+    "zeros",
+    "ones",
+    "new_ones",
+    "new_zeros",
+    "new_full",
+    "full_like",
+    "zeros_like",
+    "ones_like",
+    "scalar_tensor",
+    "fill",
+    "zero",
+    "linspace",
+    "logspace",
+    "eye",
+    "rand",
+    "randn",
+    "randint",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "randperm",
+    "normal",
+    "uniform",
+    "bernoulli",
+}
+COPIES = {
+    "clone",
+    "_to_copy",
+    "copy",
+    "cat",
+    "concat",
+    "concatenate",
+    "stack",
+    "hstack",
+    "vstack",
+    "index",
+    "_unsafe_index",
+    "index_select",
+    "gather",
+    "take",
+    "take_along_dim",
+    "repeat",
+    "tile",
+    "repeat_interleave",
+    "flip",
+    "roll",
+    "constant_pad_nd",
+    "pad",
+    "reflection_pad1d",
+    "reflection_pad2d",
+    "replication_pad1d",
+    "replication_pad2d",
+    "tril",
+    "triu",
+    "narrow_copy",
+    "_reshape_copy",
+    "masked_select",
+}
+WRITES_SOURCE = {
+    "index_put": "values",
+    "_unsafe_index_put": "values",
+    "slice_scatter": "src",
+    "select_scatter": "src",
+    "diagonal_scatter": "src",
+    "scatter": "src",
+    "scatter_add": "src",
+    "scatter_reduce": "src",
+    "index_add": "source",
+    "index_copy": "source",
+    "masked_scatter": "source",
+}
 SCANS = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin", "diff"}
-NAMED_UNARY = {"relu": "relu", "gelu": "gelu", "tanh": "tanh", "silu": "silu", "sigmoid": "sigmoid",
-               "hardtanh": "hardtanh"}
+NAMED_UNARY = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "tanh": "tanh",
+    "silu": "silu",
+    "sigmoid": "sigmoid",
+    "hardtanh": "hardtanh",
+}
 NAMED_BINARY = {"add": "add", "sub": "add", "rsub": "add", "mul": "mul", "div": "div", "pow": "pow"}
 BITWISE_DUNDER = {"__and__", "__or__", "__xor__", "__lshift__", "__rshift__", "__iand__", "__ior__", "__ixor__"}
-REDUCTION_OP = {"sum": "sum", "nansum": "sum", "mean": "mean", "nanmean": "mean", "amax": "max", "amin": "max",
-                "max": "max", "min": "max", "argmax": "max", "argmin": "max", "aminmax": "max"}
+REDUCTION_OP = {
+    "sum": "sum",
+    "nansum": "sum",
+    "mean": "mean",
+    "nanmean": "mean",
+    "amax": "max",
+    "amin": "max",
+    "max": "max",
+    "min": "max",
+    "argmax": "max",
+    "argmin": "max",
+    "aminmax": "max",
+}
 
 
 def _name(func) -> str:
@@ -274,8 +418,12 @@ class _Kernels:
             return [{"op": "matmul", "m": 1, "n": 1, "k": b["self"].shape[0]}]
         if name in ("conv2d", "convolution", "_convolution"):
             return self._conv(func, b)
-        if name in ("batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm",
-                    "_native_batch_norm_legit"):
+        if name in (
+            "batch_norm",
+            "_native_batch_norm_legit_no_training",
+            "native_batch_norm",
+            "_native_batch_norm_legit",
+        ):
             x = b["input"]
             if x.dim() < 2 or x.dim() > 4:
                 return f"{x.dim()}-d input"
@@ -294,12 +442,20 @@ class _Kernels:
                 return f"{q.dim()}-d query"
             heads = q.shape[-3] if q.dim() >= 4 else 1
             batch = math.prod(q.shape[:-3]) if q.dim() >= 4 else q.shape[0]
-            return [{"op": "sdpa", "batch": batch, "heads": heads, "seq_len": q.shape[-2], "head_dim": q.shape[-1],
-                     "causal": int(bool(b.get("is_causal"))), "kv_len": k.shape[-2]}]
+            return [
+                {
+                    "op": "sdpa",
+                    "batch": batch,
+                    "heads": heads,
+                    "seq_len": q.shape[-2],
+                    "head_dim": q.shape[-1],
+                    "causal": int(bool(b.get("is_causal"))),
+                    "kv_len": k.shape[-2],
+                }
+            ]
         if name == "embedding":
             w, ids = b["weight"], b["indices"]
-            return [{"op": "embedding", "m": ids.numel(), "n": w.shape[1], "k": w.shape[0],
-                     "dtype": self.dtype([w])}]
+            return [{"op": "embedding", "m": ids.numel(), "n": w.shape[1], "k": w.shape[0], "dtype": self.dtype([w])}]
         if name in ("max_pool2d", "max_pool2d_with_indices", "avg_pool2d"):
             return self._pool(func, name, b)
         if name in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
@@ -329,10 +485,24 @@ class _Kernels:
             return [{"op": "ewise", "m": m, "n": n, "inputs": 1}]
         if torch.Tag.pointwise in tags or name in BITWISE_DUNDER:
             return self._pointwise(name, ins, res)
-        if torch.Tag.reduction in tags or name in REDUCTION_OP or name in ("var", "std", "var_mean", "std_mean",
-                                                                            "norm", "linalg_vector_norm", "prod",
-                                                                            "logsumexp", "all", "any",
-                                                                            "count_nonzero"):
+        if (
+            torch.Tag.reduction in tags
+            or name in REDUCTION_OP
+            or name
+            in (
+                "var",
+                "std",
+                "var_mean",
+                "std_mean",
+                "norm",
+                "linalg_vector_norm",
+                "prod",
+                "logsumexp",
+                "all",
+                "any",
+                "count_nonzero",
+            )
+        ):
             x = ins[0] if ins else res
             m = max(res.numel(), 1)
             return [{"op": REDUCTION_OP.get(name, "sum"), "m": m, "n": max(x.numel() // m, 1)}]
@@ -367,9 +537,21 @@ class _Kernels:
         padding = pair(padding)
         if kh != kw or stride[0] != stride[1] or padding[0] != padding[1] or dilation[0] != dilation[1]:
             return f"kernel {kh}x{kw}, stride {stride}, padding {padding}, dilation {dilation}"
-        return [{"op": "conv2d", "batch": x.shape[0], "c_in": x.shape[1], "c_out": w.shape[0], "h": x.shape[2],
-                 "w": x.shape[3], "kernel": kh, "stride": stride[0], "padding": padding[0],
-                 "groups": b.get("groups") or 1, "dilation": dilation[0]}]
+        return [
+            {
+                "op": "conv2d",
+                "batch": x.shape[0],
+                "c_in": x.shape[1],
+                "c_out": w.shape[0],
+                "h": x.shape[2],
+                "w": x.shape[3],
+                "kernel": kh,
+                "stride": stride[0],
+                "padding": padding[0],
+                "groups": b.get("groups") or 1,
+                "dilation": dilation[0],
+            }
+        ]
 
     def _pool(self, func, name: str, b: dict) -> list[dict] | None:
         x = b["self"]
@@ -378,15 +560,26 @@ class _Kernels:
         stride = pair(b["stride"]) or kernel
         padding = pair(b["padding"])
         dilation = pair(b.get("dilation") or [1, 1])
-        kernel, stride, padding, dilation = ([v, v] if isinstance(v, int) else v
-                                             for v in (kernel, stride, padding, dilation))
+        kernel, stride, padding, dilation = (
+            [v, v] if isinstance(v, int) else v for v in (kernel, stride, padding, dilation)
+        )
         if len(set(kernel)) != 1 or len(set(stride)) != 1 or len(set(padding)) != 1 or dilation != [1, 1]:
             return f"kernel {kernel}, stride {stride}, padding {padding}, dilation {dilation}"
         c = x.shape[-3]
         batch = math.prod(x.shape[:-3]) if x.dim() >= 4 else 1
         op = "avg_pool2d" if name == "avg_pool2d" else "max_pool2d"
-        return [{"op": op, "batch": batch, "c_in": c, "h": x.shape[-2], "w": x.shape[-1], "kernel": kernel[0],
-                 "stride": stride[0], "padding": padding[0]}]
+        return [
+            {
+                "op": op,
+                "batch": batch,
+                "c_in": c,
+                "h": x.shape[-2],
+                "w": x.shape[-1],
+                "kernel": kernel[0],
+                "stride": stride[0],
+                "padding": padding[0],
+            }
+        ]
 
 
 class _Recorder(TorchDispatchMode):
@@ -436,17 +629,27 @@ def _nodes(gm: torch.fx.GraphModule) -> Iterable[torch.fx.Node]:
         if node.op != "call_function":
             continue
         if isinstance(node.target, torch._ops.HigherOrderOperator):
-            subs = [getattr(gm, a.target) for a in node.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"
-                    and isinstance(getattr(gm, a.target, None), torch.fx.GraphModule)]
-            if len(subs) == 1 and node.target.__name__ in ("wrap_with_set_grad_enabled", "wrap_with_autocast",
-                                                           "wrap_activation_checkpoint", "tag_activation_checkpoint"):
+            subs = [
+                getattr(gm, a.target)
+                for a in node.args
+                if isinstance(a, torch.fx.Node)
+                and a.op == "get_attr"
+                and isinstance(getattr(gm, a.target, None), torch.fx.GraphModule)
+            ]
+            if len(subs) == 1 and node.target.__name__ in (
+                "wrap_with_set_grad_enabled",
+                "wrap_with_autocast",
+                "wrap_activation_checkpoint",
+                "tag_activation_checkpoint",
+            ):
                 yield from _nodes(subs[0])
                 continue
         yield node
 
 
-def kernels_of_graph(gm: torch.fx.GraphModule, default_dtype: str = "float32",
-                     labels: Mapping[torch.dtype, str] | None = None) -> tuple[list[dict], Counter]:
+def kernels_of_graph(
+    gm: torch.fx.GraphModule, default_dtype: str = "float32", labels: Mapping[torch.dtype, str] | None = None
+) -> tuple[list[dict], Counter]:
     """Workload dicts (with ``node``, ``target``, ``module``) of every kernel in a captured graph + unmapped ops."""
     labels = labels or {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
     kern = _Kernels(default_dtype, labels)
@@ -454,15 +657,19 @@ def kernels_of_graph(gm: torch.fx.GraphModule, default_dtype: str = "float32",
     for node in _nodes(gm):
         target = node.target
         if target is operator.getitem or not isinstance(target, torch._ops.OpOverload):
-            if not (target is operator.getitem or getattr(target, "__module__", "") in ("_operator", "math")
-                    or str(target).startswith("<built-in function")):
+            if not (
+                target is operator.getitem
+                or getattr(target, "__module__", "") in ("_operator", "math")
+                or str(target).startswith("<built-in function")
+            ):
                 kern.unmap(target if isinstance(target, str) else getattr(target, "__name__", str(target)))
             continue
         where = {"node": node.name, "module": _module_path(node)}
         args, kwargs = _materialise(node.args), _materialise(node.kwargs)
         if _name(target) in WHOLE:
-            rows += [dict(r, target=str(target), **where) for r in kern.map(target, args, kwargs,
-                                                                            node.meta.get("val")) or ()]
+            rows += [
+                dict(r, target=str(target), **where) for r in kern.map(target, args, kwargs, node.meta.get("val")) or ()
+            ]
             continue
         try:
             with _Recorder() as rec:
@@ -482,8 +689,9 @@ def unmapped_line(unmapped: Mapping[str, int] | Iterable[tuple[str, int]]) -> st
     if not items:
         return ""
     total = sum(c for _, c in items)
-    return (f"{total} op call(s) have no workload mapping (not costed): "
-            + ", ".join(f"{name} x{count}" for name, count in items))
+    return f"{total} op call(s) have no workload mapping (not costed): " + ", ".join(
+        f"{name} x{count}" for name, count in items
+    )
 
 
 def _dtype_label(dtype) -> tuple[str | None, torch.dtype | None]:
@@ -512,9 +720,13 @@ def _module_device(module: torch.nn.Module) -> torch.device | None:
     return None
 
 
-def workloads_from_module(module: torch.nn.Module, example_inputs, dtype: str | torch.dtype | None = None,
-                          strict: bool = False, kwargs: Mapping[str, Any] | None = None
-                          ) -> tuple[pd.DataFrame, list[tuple[str, int]]]:
+def workloads_from_module(
+    module: torch.nn.Module,
+    example_inputs,
+    dtype: str | torch.dtype | None = None,
+    strict: bool = False,
+    kwargs: Mapping[str, Any] | None = None,
+) -> tuple[pd.DataFrame, list[tuple[str, int]]]:
     """The kernels of one forward pass of ``module`` on ``example_inputs``, as workload rows + unmapped ops.
 
     ``example_inputs``: a tensor or a tuple of tensors (their shapes and dtypes matter, not their values; ``meta``
@@ -563,8 +775,16 @@ def workloads_from_module(module: torch.nn.Module, example_inputs, dtype: str | 
         except WorkloadError as exc:
             unmapped[f"{r['target']} ({exc})"] += 1
             continue
-        rows.append({"node": r["node"], "target": r["target"], "module": r["module"], "op": r["op"],
-                     "dtype": r["dtype"], **params})
+        rows.append(
+            {
+                "node": r["node"],
+                "target": r["target"],
+                "module": r["module"],
+                "op": r["op"],
+                "dtype": r["dtype"],
+                **params,
+            }
+        )
     df = pd.DataFrame(rows, columns=COLUMNS).astype({c: "Int64" for c in SHAPE_PARAMS})
     ops = sum(1 for n in _nodes(cap.graph_module) if isinstance(n.target, torch._ops.OpOverload))
     df.attrs.update(capture=cap.method, capture_note=cap.note, free_ops=ops - len({r["node"] for r in found}))
@@ -603,8 +823,9 @@ def load_factory(spec: str) -> torch.nn.Module:
     try:
         mod = importlib.import_module(mod_name)
     except Exception as exc:  # noqa: BLE001 - an import error of the user's module is one line
-        raise CaptureError(f"--torch {spec}: cannot import {mod_name!r} ({type(exc).__name__}: "
-                           f"{_first_line(exc)})") from None
+        raise CaptureError(
+            f"--torch {spec}: cannot import {mod_name!r} ({type(exc).__name__}: {_first_line(exc)})"
+        ) from None
     factory = mod
     for part in attr.split("."):
         factory = getattr(factory, part, None)
@@ -629,8 +850,9 @@ def parse_example_input(text: str) -> torch.Tensor:
     """``1x3x224x224`` (float32) or ``int64:1x128`` (token ids) -> an empty ``meta`` tensor of that shape."""
     match = _SHAPE.match(str(text).strip())
     if not match:
-        raise CaptureError(f"--example-input {text!r}: expected a shape like 1x3x224x224 or dtype:shape like "
-                           "int64:1x128")
+        raise CaptureError(
+            f"--example-input {text!r}: expected a shape like 1x3x224x224 or dtype:shape like int64:1x128"
+        )
     dtype = match["dtype"] or "float32"
     if dtype not in TORCH_DTYPES:
         raise CaptureError(f"--example-input {text!r}: unknown dtype {dtype!r}; known: {', '.join(TORCH_DTYPES)}")

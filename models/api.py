@@ -18,11 +18,13 @@ model's one-line message. A model with a domain of validity (``has_domain``, e.g
 ``in_domain`` (bool), ``domain_distance`` (0 inside) and ``domain_reason`` per row: outside, the interval is
 widened with the distance (``models.domain``).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,11 +80,10 @@ class CostModelClient:
     def interval_level(self) -> float | None:
         return self.meta.get("level")
 
-    def predict(self, workloads: "pd.DataFrame | Iterable[Mapping] | Mapping") -> "pd.DataFrame":
+    def predict(self, workloads: pd.DataFrame | Iterable[Mapping] | Mapping) -> pd.DataFrame:
         """Point prediction and interval per workload and column: ``<column>``, ``<column>_lo``, ``<column>_hi``."""
-        from mlflow.exceptions import MlflowException
-
         import pandas as pd
+        from mlflow.exceptions import MlflowException
 
         from models.pyfunc import INPUT_ERROR_PREFIX
 

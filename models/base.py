@@ -8,6 +8,7 @@
 
 Runtimes span orders of magnitude, so learned models fit ``log(y)`` and predict ``exp(.)``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -30,7 +31,7 @@ class CostModel(ABC):
         return {p: getattr(self, p) for p in sig.parameters if p != "self"}
 
     @abstractmethod
-    def fit(self, X: pd.DataFrame, y: np.ndarray) -> "CostModel": ...
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> CostModel: ...
 
     @abstractmethod
     def predict(self, X: pd.DataFrame) -> np.ndarray: ...
@@ -50,7 +51,7 @@ class CostModel(ABC):
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "CostModel":
+    def load(cls, path: str | Path) -> CostModel:
         path = Path(path)
         meta = json.loads((path / META).read_text())
         model = cls(**meta["params"])
@@ -84,8 +85,9 @@ def check_targets(y, n: int, n_targets: int | None = None, transforms=None) -> n
     if not np.all(np.isfinite(y)):
         raise ValueError("targets must be finite")
     cols = y.reshape(len(y), -1)
-    names = [transforms or "log"] * cols.shape[1] if transforms is None or isinstance(transforms, str) \
-        else list(transforms)
+    names = (
+        [transforms or "log"] * cols.shape[1] if transforms is None or isinstance(transforms, str) else list(transforms)
+    )
     for j, t in enumerate(names):
         if t not in TRANSFORMS:
             raise ValueError(f"unknown target transform {t!r} (log, log1p)")

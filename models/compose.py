@@ -42,39 +42,53 @@ The constants (``floor_ms`` per op family, ``launch_ms`` / ``gap_ms`` / ``dispat
 ``conf/execution.yaml`` with their sources: learned from measured data where it exists (:func:`fit_floors` on
 kernel rows, :func:`fit_overheads` on networks measured against their kernels), documented defaults elsewhere.
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
 MODES = ("eager", "cuda_graph", "compiled")
 CONF_PATH = Path(__file__).resolve().parent.parent / "conf" / "execution.yaml"
-UNARY = {"relu", "gelu", "tanh", "silu", "sigmoid", "hardtanh", "add_scalar", "mul_scalar", "div_scalar",
-         "pow_scalar", "batchnorm"}   # batch norm in inference is a per-channel affine: pointwise
+UNARY = {
+    "relu",
+    "gelu",
+    "tanh",
+    "silu",
+    "sigmoid",
+    "hardtanh",
+    "add_scalar",
+    "mul_scalar",
+    "div_scalar",
+    "pow_scalar",
+    "batchnorm",
+}  # batch norm in inference is a per-channel affine: pointwise
 BINARY = {"add", "mul", "div", "pow"}
 
 
 @dataclasses.dataclass(frozen=True)
 class ModeConstants:
     """One execution mode on one kind of hardware (times in ms)."""
-    launch_ms: float          # once per forward pass (Python entry, or the graph launch)
-    gap_ms: float             # per launched kernel (device gap in a graph; Python time between kernels on a CPU)
-    dispatch_scale: float     # host dispatch per kernel = dispatch_scale x the family's floor (0: none, a graph)
-    fuse: bool = False        # pointwise ops fuse into the kernel before them
-    free_op_ms: float = 0.0   # host time of one kernel-free op (a view, a reshape) between kernels (eager)
+
+    launch_ms: float  # once per forward pass (Python entry, or the graph launch)
+    gap_ms: float  # per launched kernel (device gap in a graph; Python time between kernels on a CPU)
+    dispatch_scale: float  # host dispatch per kernel = dispatch_scale x the family's floor (0: none, a graph)
+    fuse: bool = False  # pointwise ops fuse into the kernel before them
+    free_op_ms: float = 0.0  # host time of one kernel-free op (a view, a reshape) between kernels (eager)
     source: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Execution:
     """How one kind of hardware (``gpu`` | ``cpu``) runs a network: its per-call host floors and its modes."""
+
     kind: str
-    overlap: bool                         # the host dispatches ahead of the device (GPU streams) or not (CPU)
-    floor_ms: Mapping[str, float]         # per op family: the per-call floor inside a back-to-back kernel timing
+    overlap: bool  # the host dispatches ahead of the device (GPU streams) or not (CPU)
+    floor_ms: Mapping[str, float]  # per op family: the per-call floor inside a back-to-back kernel timing
     modes: Mapping[str, ModeConstants]
     floor_source: str = ""
 
@@ -82,20 +96,25 @@ class Execution:
         if execution not in MODES:
             raise ValueError(f"unknown execution {execution!r}; known: {', '.join(MODES)}")
         if execution not in self.modes:
-            raise ValueError(f"execution {execution!r} does not exist on a {self.kind} (known there: "
-                             f"{', '.join(self.modes)})")
+            raise ValueError(
+                f"execution {execution!r} does not exist on a {self.kind} (known there: {', '.join(self.modes)})"
+            )
         return self.modes[execution]
 
     def floor(self, families) -> np.ndarray:
         default = float(np.median(list(self.floor_ms.values())))
         return np.array([self.floor_ms.get(f, default) for f in families], float)
 
-    def with_modes(self, **changes: ModeConstants) -> "Execution":
+    def with_modes(self, **changes: ModeConstants) -> Execution:
         return dataclasses.replace(self, modes={**self.modes, **changes})
 
     def to_dict(self) -> dict:
-        return {"overlap": self.overlap, "floor_ms": dict(self.floor_ms), "floor_source": self.floor_source,
-                "modes": {k: dataclasses.asdict(v) for k, v in self.modes.items()}}
+        return {
+            "overlap": self.overlap,
+            "floor_ms": dict(self.floor_ms),
+            "floor_source": self.floor_source,
+            "modes": {k: dataclasses.asdict(v) for k, v in self.modes.items()},
+        }
 
 
 def load_execution(path: str | Path = CONF_PATH) -> dict[str, Execution]:
@@ -107,13 +126,20 @@ def load_execution(path: str | Path = CONF_PATH) -> dict[str, Execution]:
     for kind, spec in raw.items():
         if not isinstance(spec, dict) or "modes" not in spec:
             continue
-        modes = {m: ModeConstants(**{k: v for k, v in c.items() if k in ModeConstants.__dataclass_fields__})
-                 for m, c in spec["modes"].items()}
+        modes = {
+            m: ModeConstants(**{k: v for k, v in c.items() if k in ModeConstants.__dataclass_fields__})
+            for m, c in spec["modes"].items()
+        }
         unknown = sorted(set(modes) - set(MODES))
         if unknown:
             raise ValueError(f"{path}: {kind}: unknown execution mode(s) {', '.join(unknown)}")
-        out[kind] = Execution(kind, bool(spec["overlap"]), {k: float(v) for k, v in spec["floor_ms"].items()},
-                              modes, str(spec.get("floor_source", "")))
+        out[kind] = Execution(
+            kind,
+            bool(spec["overlap"]),
+            {k: float(v) for k, v in spec["floor_ms"].items()},
+            modes,
+            str(spec.get("floor_source", "")),
+        )
     return out
 
 
@@ -147,7 +173,7 @@ def device_ms(t: np.ndarray, h: np.ndarray, overlap: bool) -> np.ndarray:
 
 @dataclasses.dataclass
 class Composition:
-    total: dict            # the network's figures (module docstring) + execution, kernels, launched, static power
+    total: dict  # the network's figures (module docstring) + execution, kernels, launched, static power
     kernels: pd.DataFrame  # the input rows + launched, fused_into, device_ms, step_ms
 
 
@@ -165,8 +191,9 @@ def _fusion(ops, inputs, launchable: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return keep, into
 
 
-def _steps(t, h, keep, launched, mc: ModeConstants, ex: Execution, free_ops: float = 0.0
-           ) -> tuple[np.ndarray, np.ndarray]:
+def _steps(
+    t, h, keep, launched, mc: ModeConstants, ex: Execution, free_ops: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel: device time and its step (share of the network runtime) for per-call times ``t``; the host time
     of ``free_ops`` kernel-free ops is spread evenly over the launched kernels' dispatch."""
     d = device_ms(t, h, ex.overlap) * keep
@@ -178,8 +205,14 @@ def _steps(t, h, keep, launched, mc: ModeConstants, ex: Execution, free_ops: flo
     return d, np.where(launched, step, d)
 
 
-def compose(kernels: pd.DataFrame, execution: str, ex: Execution, static_power_w: float | None = None,
-            static_power_source: str = "", free_ops: int = 0) -> Composition:
+def compose(
+    kernels: pd.DataFrame,
+    execution: str,
+    ex: Execution,
+    static_power_w: float | None = None,
+    static_power_source: str = "",
+    free_ops: int = 0,
+) -> Composition:
     """The network's runtime (and power / energy) from its kernels' predictions (module docstring). ``free_ops``:
     the forward pass's kernel-free ops (views, reshapes: ``features.torch_capture`` ``attrs["free_ops"]``), each
     ``free_op_ms`` of host time in a mode that dispatches from the host."""
@@ -211,7 +244,7 @@ def compose(kernels: pd.DataFrame, execution: str, ex: Execution, static_power_w
             raise ValueError("compose: kernels carry power_w but no static power was given")
         ps = float(static_power_w)
         p = pd.to_numeric(k["power_w"], errors="coerce").to_numpy(float)
-        dyn = np.maximum(p - ps, 0.0) * t / 1e3 * keep                # J per call of each kernel's work
+        dyn = np.maximum(p - ps, 0.0) * t / 1e3 * keep  # J per call of each kernel's work
         energy = ps * runtime / 1e3 + float(dyn.sum())
         total.update(energy_j=energy, power_w=energy / (runtime / 1e3))
         for end in ("lo", "hi"):
@@ -258,7 +291,7 @@ class NetworkComposer:
         out, at = [], 0
         for it in items:
             n = len(it["kernels"])
-            out.append(np.asarray(preds[at:at + n], float) if n else np.zeros(0))
+            out.append(np.asarray(preds[at : at + n], float) if n else np.zeros(0))
             at += n
         return out
 
@@ -275,15 +308,16 @@ class NetworkComposer:
             out.append((res.total["runtime_ms"], res.total["launched"], res.kernels))
         return out
 
-    def fit(self, items, y) -> "NetworkComposer":
+    def fit(self, items, y) -> NetworkComposer:
         parts, y = self.bare(items), np.asarray(y, float)
         kinds = np.array([it["hw_kind"] for it in items])
         for kind in np.unique(kinds):
             m = kinds == kind
             mc = self.table[kind].mode(self.execution)
             if m.sum() >= 2:
-                self.overheads[kind] = fit_overheads([p[0] for p, k in zip(parts, m) if k],
-                                                     [p[1] for p, k in zip(parts, m) if k], y[m])[:2]
+                self.overheads[kind] = fit_overheads(
+                    [p[0] for p, k in zip(parts, m) if k], [p[1] for p, k in zip(parts, m) if k], y[m]
+                )[:2]
             else:
                 self.overheads[kind] = (mc.launch_ms, mc.gap_ms)
         return self
@@ -300,11 +334,14 @@ class NetworkComposer:
         return out
 
     def state(self) -> dict:
-        return {"execution": self.execution, "overheads": {k: list(v) for k, v in self.overheads.items()},
-                "table": {k: v.to_dict() for k, v in self.table.items()}}
+        return {
+            "execution": self.execution,
+            "overheads": {k: list(v) for k, v in self.overheads.items()},
+            "table": {k: v.to_dict() for k, v in self.table.items()},
+        }
 
     @classmethod
-    def from_state(cls, state: dict, kernel_model) -> "NetworkComposer":
+    def from_state(cls, state: dict, kernel_model) -> NetworkComposer:
         table = {}
         for kind, spec in state["table"].items():
             modes = {m: ModeConstants(**c) for m, c in spec["modes"].items()}
@@ -348,8 +385,9 @@ def fit_floors(rows: pd.DataFrame, registry=None) -> dict[str, float]:
     return {f: round(v, 6) for f, v in out.items()}
 
 
-def fit_overheads(step_sums: np.ndarray, n_launched: np.ndarray, measured_ms: np.ndarray,
-                  n_free: np.ndarray | None = None) -> tuple[float, float, float]:
+def fit_overheads(
+    step_sums: np.ndarray, n_launched: np.ndarray, measured_ms: np.ndarray, n_free: np.ndarray | None = None
+) -> tuple[float, float, float]:
     """``(launch_ms, gap_ms, free_op_ms)`` >= 0 of ``measured = step_sum + launch + gap x n_launched + free_op x
     n_free`` by non-negative relative least squares over networks (``step_sums``: each network's composed kernel
     steps with zero launch, gap and free-op time; ``n_free``: its kernel-free ops, None = not fitted, 0). All stay
@@ -364,7 +402,7 @@ def fit_overheads(step_sums: np.ndarray, n_launched: np.ndarray, measured_ms: np
     return float(coef[0]), float(coef[1]), float(coef[2]) if n_free is not None else 0.0
 
 
-STATIC_QUANTILE = 0.2   # the lowest-utilisation 20 % of the rows fix the static power
+STATIC_QUANTILE = 0.2  # the lowest-utilisation 20 % of the rows fix the static power
 
 
 def fit_static_power(rows: pd.DataFrame, registry=None, quantile: float = STATIC_QUANTILE) -> dict[str, float]:
@@ -396,7 +434,7 @@ def fit_static_power(rows: pd.DataFrame, registry=None, quantile: float = STATIC
     return out
 
 
-MEASURED = ("fitted", "measured")   # idle_power_source prefixes of a value that comes from measurements
+MEASURED = ("fitted", "measured")  # idle_power_source prefixes of a value that comes from measurements
 
 
 def _measured(spec) -> bool:
@@ -414,12 +452,23 @@ def static_power(spec, registry=None) -> tuple[float, str]:
         raise ValueError(f"hardware {spec.id!r} has no idle_power_w: no network power without a static power")
     if _measured(spec) or registry is None:
         return float(spec.idle_power_w), f"{spec.id}: " + _first_sentence(spec.idle_power_source)
-    twins = [s for s in registry if s.id != spec.id and s.kind == spec.kind and s.architecture == spec.architecture
-             and s.architecture and s.tdp_w == spec.tdp_w and s.idle_power_w is not None and _measured(s)]
+    twins = [
+        s
+        for s in registry
+        if s.id != spec.id
+        and s.kind == spec.kind
+        and s.architecture == spec.architecture
+        and s.architecture
+        and s.tdp_w == spec.tdp_w
+        and s.idle_power_w is not None
+        and _measured(s)
+    ]
     if twins:
         twin = sorted(twins, key=lambda s: s.id)[0]
-        return float(twin.idle_power_w), (f"transferred from {twin.id} (same architecture {spec.architecture} and "
-                                          f"{spec.tdp_w:g} W limit): " + _first_sentence(twin.idle_power_source))
+        return float(twin.idle_power_w), (
+            f"transferred from {twin.id} (same architecture {spec.architecture} and "
+            f"{spec.tdp_w:g} W limit): " + _first_sentence(twin.idle_power_source)
+        )
     return float(spec.idle_power_w), f"{spec.id}: " + _first_sentence(spec.idle_power_source)
 
 
@@ -447,8 +496,11 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rows = import_hopper(args.data_root, registry)
-        print(json.dumps({"floor_ms": fit_floors(rows, registry), "static_power_w": fit_static_power(rows, registry)},
-                         indent=1))
+        print(
+            json.dumps(
+                {"floor_ms": fit_floors(rows, registry), "static_power_w": fit_static_power(rows, registry)}, indent=1
+            )
+        )
     return 0
 
 

@@ -26,6 +26,7 @@ for zero-heavy counts (s = |log1p(y) - log1p(yhat)|; interval = expm1(log1p(yhat
 score is undefined at y = 0). Interval ends are clipped to the target's physical bounds [lower, upper] (a
 clipped end can only gain coverage: the truth lies inside the bounds).
 """
+
 from __future__ import annotations
 
 import math
@@ -67,8 +68,11 @@ def min_rows(level: float) -> int:
 def calibrate_by_group(groups, y_true, y_pred, level: float = 0.9) -> dict[str, float]:
     """``q`` per group (e.g. hardware id) for the groups with at least ``min_rows(level)`` rows."""
     groups, y_true, y_pred = np.asarray(groups), np.asarray(y_true, float), np.asarray(y_pred, float)
-    return {str(g): calibrate(y_true[groups == g], y_pred[groups == g], level)
-            for g in sorted(set(groups)) if (groups == g).sum() >= min_rows(level)}
+    return {
+        str(g): calibrate(y_true[groups == g], y_pred[groups == g], level)
+        for g in sorted(set(groups))
+        if (groups == g).sum() >= min_rows(level)
+    }
 
 
 def halfwidths(groups, q: float, by_group: dict[str, float]) -> np.ndarray:
@@ -147,8 +151,9 @@ class Calibrated:
     ``(pred, lo, hi)``, each shaped like ``predict``. ``y_cal`` / ``p_cal`` are the calibration scores' inputs
     (targets and out-of-fit predictions, ``[n, T]``).
     """
+
     model: object
-    q: np.ndarray            # one half-width per target
+    q: np.ndarray  # one half-width per target
     transforms: list[str]
     lower: list
     upper: list
@@ -169,8 +174,10 @@ class Calibrated:
         pred = np.asarray(pred, float)
         P = pred.reshape(len(pred), -1)
         Q = self.halfwidths(groups, len(P))
-        ends = [bounded_interval(P[:, j], Q[:, j], t, lo, hi)
-                for j, (t, lo, hi) in enumerate(zip(self.transforms, self.lower, self.upper))]
+        ends = [
+            bounded_interval(P[:, j], Q[:, j], t, lo, hi)
+            for j, (t, lo, hi) in enumerate(zip(self.transforms, self.lower, self.upper))
+        ]
         lo, hi = np.column_stack([e[0] for e in ends]), np.column_stack([e[1] for e in ends])
         return (lo, hi) if pred.ndim == 2 else (lo[:, 0], hi[:, 0])
 
@@ -185,8 +192,19 @@ class Calibrated:
         return np.array([coverage(Y[:, j], lo[:, j], hi[:, j]) for j in range(Y.shape[1])])
 
 
-def fit_calibrated(model, X, y, groups=None, calibration_size: float = 0.2, level: float = 0.9,
-                   seed: int = 0, *, by=None, folds=None, calibration=None) -> Calibrated:
+def fit_calibrated(
+    model,
+    X,
+    y,
+    groups=None,
+    calibration_size: float = 0.2,
+    level: float = 0.9,
+    seed: int = 0,
+    *,
+    by=None,
+    folds=None,
+    calibration=None,
+) -> Calibrated:
     """Fit a model and calibrate split-conformal half-widths per target on rows it never saw in fit: the one
     calibration helper of every job.
 
@@ -220,8 +238,9 @@ def fit_calibrated(model, X, y, groups=None, calibration_size: float = 0.2, leve
         fitted = make().fit(X, y)
         cal_pos, P = np.arange(len(y)), pred
     else:
-        fit_pos, cal_pos = calibration if calibration is not None else held_out_groups(
-            np.asarray(groups), calibration_size, seed)
+        fit_pos, cal_pos = (
+            calibration if calibration is not None else held_out_groups(np.asarray(groups), calibration_size, seed)
+        )
         fitted = make().fit(take(X, fit_pos), y[fit_pos])
         P = np.asarray(fitted.predict(take(X, cal_pos)), float)
     n_t = 1 if y.ndim == 1 else y.shape[1]
@@ -231,6 +250,5 @@ def fit_calibrated(model, X, y, groups=None, calibration_size: float = 0.2, leve
     lower = per_target(getattr(fitted, "lower", None), n_t, "lower")
     upper = per_target(getattr(fitted, "upper", None), n_t, "upper")
     q = calibrate_targets(Y, P, transforms, level)
-    by_group = [calibrate_by_group(by[cal_pos], Y[:, j], P[:, j], level) if by is not None else {}
-                for j in range(n_t)]
+    by_group = [calibrate_by_group(by[cal_pos], Y[:, j], P[:, j], level) if by is not None else {} for j in range(n_t)]
     return Calibrated(fitted, q, transforms, lower, upper, level, len(cal_pos), by_group, Y, P)

@@ -4,7 +4,8 @@ A physics-first model still moves with the specs and the shape outside its train
 efficiency was only ever checked inside it. So every prediction carries
 
 * ``in_domain`` (bool): every dimensionless feature inside its training range, every category (op, math mode)
-  seen in training and seen together (an op in a math mode), the hardware's spec position (log2 peak FLOP/s of the math mode, bandwidth, SMs, L2) inside the
+  seen in training and seen together (an op in a math mode), the hardware's spec position (log2 peak FLOP/s of the math
+  mode, bandwidth, SMs, L2) inside the
   span of the training hardware, and the workload's size (log2 FLOPs, bytes) inside the training range;
 * ``domain_distance`` (float, 0 inside): the sum of how far each is outside, in comparable units: a continuous
   feature's excess over its training range in units of max(its training std, 1) (features are log2 counts or
@@ -19,6 +20,7 @@ hardware seen in training, ``q_unseen`` for new hardware inside the span, plus `
 three numbers are calibrated on held-out folds by :func:`calibrate_widening` (held-out shapes, leave-one-hardware-
 out, held-out largest shapes), never set by hand, so the coverage outside is measured, not assumed.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +39,9 @@ class Domain:
     workload ``size`` columns (log2, excess in octaves); ``identity`` (a subset of ``hardware``, the same on every
     row of one GPU) decides ``hardware_seen``."""
 
-    def __init__(self, features: Sequence[str], hardware: Sequence[str], identity: Sequence[str],
-                 size: Sequence[str] = ()):
+    def __init__(
+        self, features: Sequence[str], hardware: Sequence[str], identity: Sequence[str], size: Sequence[str] = ()
+    ):
         self.features = list(features)
         self.hardware = list(hardware)
         self.identity = list(identity)
@@ -52,19 +55,26 @@ class Domain:
         self.combinations_ = sorted(set(self._signatures(X)))  # the categories seen together (op x math mode)
         cont = [f for f, b in zip(self.features, binary) if not b]
         C = X[cont].to_numpy(float)
-        self.continuous_ = {f: (float(lo), float(hi), float(max(sd, 1.0)))
-                            for f, lo, hi, sd in zip(cont, C.min(axis=0), C.max(axis=0), C.std(axis=0))}
+        self.continuous_ = {
+            f: (float(lo), float(hi), float(max(sd, 1.0)))
+            for f, lo, hi, sd in zip(cont, C.min(axis=0), C.max(axis=0), C.std(axis=0))
+        }
         H = X[self.hardware + self.size].to_numpy(float)
-        self.hardware_span_ = {h: (float(H[:, j].min()), float(H[:, j].max()))
-                               for j, h in enumerate(self.hardware + self.size)}
+        self.hardware_span_ = {
+            h: (float(H[:, j].min()), float(H[:, j].max())) for j, h in enumerate(self.hardware + self.size)
+        }
         self.hardware_seen_ = np.unique(np.round(X[self.identity].to_numpy(float), 6), axis=0).tolist()
         return self
 
     def add_hardware(self, X: pd.DataFrame) -> Domain:
         """Mark the hardware positions of ``X`` as seen (after a few-shot calibration on them); spans widen."""
         H = X[self.hardware].to_numpy(float)
-        self.hardware_span_.update({h: (min(lo, float(H[:, j].min())), max(hi, float(H[:, j].max())))
-                                    for j, (h, (lo, hi)) in enumerate((h, self.hardware_span_[h]) for h in self.hardware)})
+        self.hardware_span_.update(
+            {
+                h: (min(lo, float(H[:, j].min())), max(hi, float(H[:, j].max())))
+                for j, (h, (lo, hi)) in enumerate((h, self.hardware_span_[h]) for h in self.hardware)
+            }
+        )
         new = np.round(X[self.identity].to_numpy(float), 6)
         seen = np.asarray(self.hardware_seen_, float).reshape(-1, len(self.identity))
         self.hardware_seen_ = np.unique(np.vstack([seen, new]), axis=0).tolist()
@@ -99,14 +109,28 @@ class Domain:
         distance = P.sum(axis=1)
         worst = P.argmax(axis=1)
         reason = [f"{names[j]} +{P[i, j]:.2f}" if distance[i] > 0 else "" for i, j in enumerate(worst)]
-        return pd.DataFrame({"in_domain": distance == 0, "domain_distance": distance, "domain_reason": reason,
-                             "hardware_seen": self.is_seen(X)})
+        return pd.DataFrame(
+            {
+                "in_domain": distance == 0,
+                "domain_distance": distance,
+                "domain_reason": reason,
+                "hardware_seen": self.is_seen(X),
+            }
+        )
 
     def to_dict(self) -> dict:
-        return {"features": self.features, "hardware": self.hardware, "identity": self.identity, "size": self.size,
-                "categorical": self.categorical_, "combinations": self.combinations_,
-                "unseen": self.unseen_, "continuous": self.continuous_, "hardware_seen": self.hardware_seen_,
-                "hardware_span": self.hardware_span_}
+        return {
+            "features": self.features,
+            "hardware": self.hardware,
+            "identity": self.identity,
+            "size": self.size,
+            "categorical": self.categorical_,
+            "combinations": self.combinations_,
+            "unseen": self.unseen_,
+            "continuous": self.continuous_,
+            "hardware_seen": self.hardware_seen_,
+            "hardware_span": self.hardware_span_,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Domain:
@@ -150,8 +174,15 @@ def calibrate_widening(scores, distance, hardware_seen, level: float = 0.9) -> d
         slope = conformal(np.maximum(0.0, s[out] - base) / d[out], level)
     else:
         slope = q_unseen  # no fold row outside: one more q per unit of distance, a guess marked by n_outside = 0
-    return {"q_seen": float(q_seen), "q_unseen": float(q_unseen), "slope": slope, "level": float(level),
-            "n_seen": float((inside & seen).sum()), "n_unseen": float((inside & ~seen).sum()), "n_outside": float(out.sum())}
+    return {
+        "q_seen": float(q_seen),
+        "q_unseen": float(q_unseen),
+        "slope": slope,
+        "level": float(level),
+        "n_seen": float((inside & seen).sum()),
+        "n_unseen": float((inside & ~seen).sum()),
+        "n_outside": float(out.sum()),
+    }
 
 
 def widen(widening: dict, distance, hardware_seen) -> np.ndarray:

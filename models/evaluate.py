@@ -19,6 +19,7 @@ Public-data evaluation (``pipelines/evaluate.py``) adds:
 * its honest counterpart, few-shot calibration: each group's factor is the median true / predicted ratio of k rows
   of that group drawn at random (k measurements on a new GPU), scored on the group's other rows only.
 """
+
 from __future__ import annotations
 
 import matplotlib
@@ -153,8 +154,15 @@ def evaluate(hardware: pd.Series, y_true, y_pred) -> dict[str, dict[str, float]]
     return result
 
 
-def parity_plot(hardware, y_true, y_pred, title: str, path, xlabel: str = "true runtime (ms): measured or simulated",
-                ylabel: str = "predicted runtime (ms)") -> None:
+def parity_plot(
+    hardware,
+    y_true,
+    y_pred,
+    title: str,
+    path,
+    xlabel: str = "true runtime (ms): measured or simulated",
+    ylabel: str = "predicted runtime (ms)",
+) -> None:
     fig, ax = plt.subplots(figsize=(6, 6))
     hardware = np.asarray(hardware)
     for hw in sorted(set(hardware)):
@@ -235,8 +243,13 @@ def power_plots(rows: pd.DataFrame, pred: pd.DataFrame, name: str, directory) ->
             ax.scatter(rows[t][m], pred[t][m], s=9, alpha=0.7, label=op)
         lo, hi = float(min(rows[t].min(), pred[t].min())), float(max(rows[t].max(), pred[t].max()))
         ax.plot([lo, hi], [lo, hi], "k--", lw=1)
-        ax.set(xscale="log", yscale="log", xlabel=f"measured {t} ({unit}), H200", ylabel=f"predicted {t}",
-               title=f"{name}: unseen shapes (out of fold)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel=f"measured {t} ({unit}), H200",
+            ylabel=f"predicted {t}",
+            title=f"{name}: unseen shapes (out of fold)",
+        )
     axes[0].legend(fontsize=7, markerscale=2)
     fig.tight_layout()
     files.append(directory / "oof_parity.png")
@@ -247,8 +260,12 @@ def power_plots(rows: pd.DataFrame, pred: pd.DataFrame, name: str, directory) ->
     for t in POWER_COLUMNS:
         e = np.sort(np.abs(pred[t] - rows[t]) / rows[t] * 100)
         ax.plot(e, np.arange(1, len(e) + 1) / len(e), label=t)
-    ax.set(xscale="symlog", xlabel="absolute percentage error (%)", ylabel="fraction of rows",
-           title=f"{name}: error CDF, unseen shapes")
+    ax.set(
+        xscale="symlog",
+        xlabel="absolute percentage error (%)",
+        ylabel="fraction of rows",
+        title=f"{name}: error CDF, unseen shapes",
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -18,6 +18,7 @@ columns, ``flops``, ``runtime_ms``); ``frames`` maps a feature-set name to its f
 :class:`Candidate` names the frame it reads. A new source (e.g. DeepBench) is more rows in the same frame: the
 folds select by ``source`` prefix and hardware, nothing else changes.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,8 +31,14 @@ import pandas as pd
 from models.evaluate import regression_metrics
 
 CHECKS = ("a", "b", "c", "d", "e", "f")
-NAMES = {"a": "faster_gpu", "b": "leave_one_gpu_out", "c": "leave_fastest_out", "d": "large_shapes", "e": "dtypes",
-         "f": "few_shot"}
+NAMES = {
+    "a": "faster_gpu",
+    "b": "leave_one_gpu_out",
+    "c": "leave_fastest_out",
+    "d": "large_shapes",
+    "e": "dtypes",
+    "f": "few_shot",
+}
 FEW_SHOT_K = (10, 30, 100)
 LONG_MS = 0.1
 
@@ -39,6 +46,7 @@ LONG_MS = 0.1
 @dataclass
 class Candidate:
     """A model to score: ``make()`` returns an unfitted ``CostModel`` reading the feature frame ``features``."""
+
     name: str
     make: Callable
     features: str
@@ -62,8 +70,9 @@ def _need(mask: np.ndarray, what: str) -> np.ndarray:
 
 
 # --- folds --------------------------------------------------------------------------------------------------
-def faster_gpu_folds(rows, train_source: str = "neusight", test_hardware: str = "H200-SXM",
-                     test_dtype: str = "float32") -> list[Fold]:
+def faster_gpu_folds(
+    rows, train_source: str = "neusight", test_hardware: str = "H200-SXM", test_dtype: str = "float32"
+) -> list[Fold]:
     """(a) Train on ``train_source``, test on ``test_hardware``'s ``test_dtype`` rows."""
     test = (rows["hardware"] == test_hardware).to_numpy() & (rows["dtype"] == test_dtype).to_numpy()
     return [Fold(test_hardware, _need(_source(rows, train_source), train_source), _need(test, test_hardware))]
@@ -94,8 +103,9 @@ def large_shapes_folds(rows, train_max_flops: float = 1e9, test_min_flops: float
     return [Fold("large", _need(flops < train_max_flops, "small-shape"), _need(flops > test_min_flops, "large-shape"))]
 
 
-def dtype_folds(rows, train_source: str = "neusight", hardware: str = "H200-SXM",
-                train_dtype: str = "float32") -> list[Fold]:
+def dtype_folds(
+    rows, train_source: str = "neusight", hardware: str = "H200-SXM", train_dtype: str = "float32"
+) -> list[Fold]:
     """(e) Train on ``train_source`` + ``hardware``'s ``train_dtype`` rows; test on its other dtypes."""
     hw = (rows["hardware"] == hardware).to_numpy()
     fp32 = (rows["dtype"] == train_dtype).to_numpy()
@@ -107,8 +117,11 @@ def few_shot_folds(rows, min_rows: int = 0) -> list[Fold]:
     """(f) Each hardware (with at least ``min_rows`` rows) held out once, trained on all other rows (every
     source)."""
     hw = rows["hardware"].to_numpy()
-    return [Fold(g, np.flatnonzero(hw != g), np.flatnonzero(hw == g)) for g in sorted(set(hw))
-            if (hw == g).sum() >= min_rows]
+    return [
+        Fold(g, np.flatnonzero(hw != g), np.flatnonzero(hw == g))
+        for g in sorted(set(hw))
+        if (hw == g).sum() >= min_rows
+    ]
 
 
 def folds_for(check: str, rows: pd.DataFrame, registry, **kwargs) -> list[Fold]:
@@ -158,15 +171,28 @@ def scoped_metrics(rows: pd.DataFrame, y, pred, extra: pd.DataFrame | None = Non
 def _with_domain(model, X, y) -> tuple[np.ndarray, pd.DataFrame | None]:
     if hasattr(model, "predict_domain"):
         dom = model.predict_domain(X)
-        extra = pd.DataFrame({"in_domain": dom["in_domain"].to_numpy(float),
-                              "covered": ((y >= dom["lo_ms"]) & (y <= dom["hi_ms"])).to_numpy(float)})
+        extra = pd.DataFrame(
+            {
+                "in_domain": dom["in_domain"].to_numpy(float),
+                "covered": ((y >= dom["lo_ms"]) & (y <= dom["hi_ms"])).to_numpy(float),
+            }
+        )
         return dom["runtime_ms"].to_numpy(float), extra
     return np.asarray(model.predict(X), float), None
 
 
-def run_check(check: str, rows: pd.DataFrame, frames: dict[str, pd.DataFrame], candidates: list[Candidate],
-              registry, ks=FEW_SHOT_K, draws: int = 3, seed: int = 0, fold_kwargs: dict | None = None,
-              keep_predictions: bool = False) -> list[dict]:
+def run_check(
+    check: str,
+    rows: pd.DataFrame,
+    frames: dict[str, pd.DataFrame],
+    candidates: list[Candidate],
+    registry,
+    ks=FEW_SHOT_K,
+    draws: int = 3,
+    seed: int = 0,
+    fold_kwargs: dict | None = None,
+    keep_predictions: bool = False,
+) -> list[dict]:
     """Run one check for every candidate on the same folds; one result dict per (candidate, k) with
     ``check``, ``model``, ``k`` (None outside check f), ``metrics`` (:func:`scoped_metrics` over the pooled test
     rows of all folds) and ``seconds``; ``keep_predictions`` adds ``index`` (the scored rows) and ``pred``."""
@@ -186,8 +212,16 @@ def run_check(check: str, rows: pd.DataFrame, frames: dict[str, pd.DataFrame], c
             idx = np.concatenate(idx)
             extra = None if extras[0] is None else pd.concat(extras, ignore_index=True)
             metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
-            results.append({"check": check, "name": NAMES[check], "model": cand.name, "k": None, "metrics": metrics,
-                            "seconds": time.perf_counter() - t0})
+            results.append(
+                {
+                    "check": check,
+                    "name": NAMES[check],
+                    "model": cand.name,
+                    "k": None,
+                    "metrics": metrics,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
             if keep_predictions:
                 results[-1].update(index=idx, pred=np.concatenate(pred))
             continue
@@ -211,8 +245,16 @@ def run_check(check: str, rows: pd.DataFrame, frames: dict[str, pd.DataFrame], c
             idx = np.concatenate(idx)
             extra = None if extras[0] is None else pd.concat(extras, ignore_index=True)
             metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
-            results.append({"check": check, "name": NAMES[check], "model": cand.name, "k": k, "metrics": metrics,
-                            "seconds": time.perf_counter() - t0})
+            results.append(
+                {
+                    "check": check,
+                    "name": NAMES[check],
+                    "model": cand.name,
+                    "k": k,
+                    "metrics": metrics,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
             if keep_predictions:
                 results[-1].update(index=idx, pred=np.concatenate(pred))
     return results
@@ -232,11 +274,17 @@ def worst(result: dict, prefix: str = "hardware:") -> tuple[str, float]:
     if not scopes:
         return "all", result["metrics"]["all"]["mape"]
     s = max(scopes, key=scopes.get)
-    return s[len(prefix):], scopes[s]
+    return s[len(prefix) :], scopes[s]
 
 
-GOALS = {"a": "MAPE <= 10% and no op family above 15%", "b": "worst GPU MAPE <= 10%", "c": "MAPE <= 10%",
-         "d": "worst GPU MAPE <= 10%", "e": "MAPE <= 15%", "f": "MAPE <= 8% on every GPU with k = 100"}
+GOALS = {
+    "a": "MAPE <= 10% and no op family above 15%",
+    "b": "worst GPU MAPE <= 10%",
+    "c": "MAPE <= 10%",
+    "d": "worst GPU MAPE <= 10%",
+    "e": "MAPE <= 15%",
+    "f": "MAPE <= 8% on every GPU with k = 100",
+}
 
 
 def verdict(result: dict) -> tuple[bool, str] | None:

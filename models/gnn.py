@@ -39,6 +39,7 @@ loop-nest features + sum); the roofline anchor follows Williams, Waterman & Patt
 disjoint copies of a graph predict exactly twice one copy, and deeper networks predict more. The loss
 is MSE on ``log(runtime)``, as for the other models.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,7 @@ import numpy as np
 from models.base import CostModel, check_targets
 
 STD_FLOOR = 0.1  # feature std floor: a rare one-hot column does not scale by 1000 at test time
-IGNORE = 1e12    # the "std" of a column constant in training: it normalises to 0, whatever it holds later
+IGNORE = 1e12  # the "std" of a column constant in training: it normalises to 0, whatever it holds later
 
 
 def _scale(v):
@@ -69,7 +70,9 @@ def _check_graphs(X, y=None):
         raise ValueError("X holds a graph with no nodes")
     missing = [k for k in ("roofline_ms", "kernel", "u", "edge_attr") if any(getattr(g, k, None) is None for g in X)]
     if missing:
-        raise ValueError(f"X holds graphs without {', '.join(missing)}: encode them with features.encoders.GraphEncoder")
+        raise ValueError(
+            f"X holds graphs without {', '.join(missing)}: encode them with features.encoders.GraphEncoder"
+        )
     return X, (None if y is None else check_targets(y, len(X)))
 
 
@@ -111,8 +114,12 @@ def _net(n_node: int, n_hw: int, hidden: int, layers: int, conv: str, heads: int
             h = self.embed(torch.cat([xn, un], dim=1))
             # messages both ways: def -> use, parent -> body, and their reverses (flag 3)
             ei = torch.cat([edge_index, edge_index.flip(0)], dim=1)
-            ea = torch.cat([torch.cat([edge_attr, torch.zeros_like(edge_attr[:, :1])], 1),
-                            torch.cat([edge_attr, torch.ones_like(edge_attr[:, :1])], 1)])
+            ea = torch.cat(
+                [
+                    torch.cat([edge_attr, torch.zeros_like(edge_attr[:, :1])], 1),
+                    torch.cat([edge_attr, torch.ones_like(edge_attr[:, :1])], 1),
+                ]
+            )
             for c in self.convs:
                 h = h + torch.relu(c(h, ei) if conv == "sage" else c(h, ei, ea))
             return h
@@ -121,13 +128,12 @@ def _net(n_node: int, n_hw: int, hidden: int, layers: int, conv: str, heads: int
             h = self.embed_nodes(data.x, data.edge_index, data.edge_attr, data.u, batch)
             if readout == "free":
                 return torch.nn.functional.softplus(self.head(h).squeeze(-1)) * torch.exp(self.log_scale)
-            g = bound * torch.tanh(self.head(h).squeeze(-1) / bound)          # bounded log-correction
+            g = bound * torch.tanh(self.head(h).squeeze(-1) / bound)  # bounded log-correction
             o = bound * torch.tanh(self.overhead_head(h).squeeze(-1) / bound)  # bounded log-overhead factor
             k = data.kernel > 0
             self.last_g = torch.cat([g[k], o[k]])
             gate = torch.exp(o)
-            return (torch.exp(self.log_scale + g) * data.roofline_ms
-                    + torch.exp(self.log_overhead) * gate * data.kernel)
+            return torch.exp(self.log_scale + g) * data.roofline_ms + torch.exp(self.log_overhead) * gate * data.kernel
 
         def forward(self, data):
             from torch_geometric.utils import scatter
@@ -168,7 +174,7 @@ def _lightning_module(net, lr: float, weight_decay: float, shrink: float = 0.0):
             pred = self.net(batch)
             loss = torch.mean((torch.log(pred) - torch.log(batch.y)) ** 2)
             if shrink and self.net.last_g is not None:  # pull the log-corrections towards the anchor (g = 0)
-                loss = loss + shrink * torch.mean(self.net.last_g ** 2)
+                loss = loss + shrink * torch.mean(self.net.last_g**2)
             self.log("train_loss", loss, batch_size=batch.num_graphs, prog_bar=False)
             return loss
 
@@ -190,8 +196,16 @@ def trainer(max_epochs: int, seed: int):
     warnings.filterwarnings("ignore", module=r"lightning\.")
     warnings.filterwarnings("ignore", ".*(does not have many workers|LeafSpec|number of training batches).*")
     L.seed_everything(seed, workers=True, verbose=False)
-    return L.Trainer(max_epochs=max_epochs, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, deterministic=True)
+    return L.Trainer(
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        deterministic=True,
+    )
 
 
 class GNNModel(CostModel):
@@ -205,9 +219,21 @@ class GNNModel(CostModel):
 
     name = "gnn"
 
-    def __init__(self, hidden: int = 64, layers: int = 3, epochs: int = 200, lr: float = 3e-3,
-                 weight_decay: float = 1e-4, batch_size: int = 32, seed: int = 0, conv: str = "sage",
-                 heads: int = 4, readout: str = "anchored", bound: float = 2.0, shrink: float = 0.0):
+    def __init__(
+        self,
+        hidden: int = 64,
+        layers: int = 3,
+        epochs: int = 200,
+        lr: float = 3e-3,
+        weight_decay: float = 1e-4,
+        batch_size: int = 32,
+        seed: int = 0,
+        conv: str = "sage",
+        heads: int = 4,
+        readout: str = "anchored",
+        bound: float = 2.0,
+        shrink: float = 0.0,
+    ):
         if conv not in ("sage", "gatv2"):
             raise ValueError(f"conv must be 'sage' or 'gatv2', got {conv!r}")
         if readout not in ("anchored", "free"):
@@ -249,8 +275,9 @@ class GNNModel(CostModel):
         with torch.no_grad():
             if self.readout == "anchored":
                 # start AT the calibrated roofline: y ~ a * sum roofline + b * kernel count
-                a, b = anchor_fit(np.array([float(g.roofline_ms.sum()) for g in X]),
-                                  np.array([float(g.kernel.sum()) for g in X]), y)
+                a, b = anchor_fit(
+                    np.array([float(g.roofline_ms.sum()) for g in X]), np.array([float(g.kernel.sum()) for g in X]), y
+                )
                 net.log_scale.fill_(math.log(a)), net.log_overhead.fill_(math.log(b))
             else:  # start near the data: median runtime per node / softplus(0)
                 per_node = np.median(y / np.array([g.num_nodes for g in X]))
@@ -279,8 +306,10 @@ class GNNModel(CostModel):
         net = self.net
         widths = {int(g.x.shape[1]) for g in X}
         if widths != {self.dims_[0]}:
-            raise ValueError(f"graphs have {sorted(widths)} node features, the model was fitted on {self.dims_[0]}: "
-                             "encode with the GraphEncoder settings used in training (op_names)")
+            raise ValueError(
+                f"graphs have {sorted(widths)} node features, the model was fitted on {self.dims_[0]}: "
+                "encode with the GraphEncoder settings used in training (op_names)"
+            )
         net.eval()
         out = []
         with torch.no_grad():
@@ -322,7 +351,7 @@ class RooflineSumModel(CostModel):
 
     name = "roofline_sum"
 
-    def fit(self, X, y) -> "RooflineSumModel":
+    def fit(self, X, y) -> RooflineSumModel:
         _check_graphs(X, y)
         return self
 
@@ -336,7 +365,7 @@ class RooflineFitModel(CostModel):
 
     name = "roofline_fit"
 
-    def fit(self, X, y) -> "RooflineFitModel":
+    def fit(self, X, y) -> RooflineFitModel:
         X, y = _check_graphs(X, y)
         self.coef_ = anchor_fit(*_graph_totals(X), y)
         return self
@@ -361,8 +390,10 @@ def kernel_items(X) -> list[dict]:
         get = x.get if isinstance(x, dict) else (lambda k, x=x: getattr(x, k, None))
         item = {k: get(k) for k in ("kernels", "kernel_features", "hw_kind")}
         if any(v is None for v in item.values()):
-            raise ValueError(f"X[{i}] carries no kernels: encode the networks with features.composed "
-                             "(ComposedGraphEncoder / ComposedTokenEncoder)")
+            raise ValueError(
+                f"X[{i}] carries no kernels: encode the networks with features.composed "
+                "(ComposedGraphEncoder / ComposedTokenEncoder)"
+            )
         out.append(item)
     return out
 
@@ -372,15 +403,16 @@ def load_kernel_model(path):
     from models.base import load_model
 
     if not path:
-        raise ValueError("a residual network model needs kernel_model: the directory of a saved kernel CostModel "
-                         "(pipelines.networks fits one on a kernel sweep)")
+        raise ValueError(
+            "a residual network model needs kernel_model: the directory of a saved kernel CostModel "
+            "(pipelines.networks fits one on a kernel sweep)"
+        )
     if not (Path(path) / "model.json").exists():
         raise ValueError(f"kernel_model {path!r} is not a saved CostModel directory (no model.json)")
     return load_model(path)
 
 
-def _residual_net(n_node: int, n_hw: int, n_kinds: int, hidden: int, layers: int, conv: str, heads: int,
-                  bound: float):
+def _residual_net(n_node: int, n_hw: int, n_kinds: int, hidden: int, layers: int, conv: str, heads: int, bound: float):
     import torch
     from torch import nn
     from torch_geometric.nn import GATv2Conv, SAGEConv
@@ -397,9 +429,12 @@ def _residual_net(n_node: int, n_hw: int, n_kinds: int, hidden: int, layers: int
             self.register_buffer("u_mean", torch.zeros(n_hw))
             self.register_buffer("u_std", torch.ones(n_hw))
             self.embed = nn.Sequential(nn.Linear(n_node + n_hw, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
-            self.convs = nn.ModuleList(SAGEConv(hidden, hidden, aggr="mean") if conv == "sage" else
-                                       GATv2Conv(hidden, hidden // heads, heads=heads, concat=True, edge_dim=3)
-                                       for _ in range(layers))
+            self.convs = nn.ModuleList(
+                SAGEConv(hidden, hidden, aggr="mean")
+                if conv == "sage"
+                else GATv2Conv(hidden, hidden // heads, heads=heads, concat=True, edge_dim=3)
+                for _ in range(layers)
+            )
             self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
             self.bias = nn.Parameter(torch.zeros(()))
             self.zero()
@@ -416,8 +451,12 @@ def _residual_net(n_node: int, n_hw: int, n_kinds: int, hidden: int, layers: int
             un = ((data.u - self.u_mean) / self.u_std).clamp(-CLIP, CLIP)[data.batch]
             h = self.embed(torch.cat([xn, un], dim=1))
             ei = torch.cat([data.edge_index, data.edge_index.flip(0)], dim=1)
-            ea = torch.cat([torch.cat([data.edge_attr, torch.zeros_like(data.edge_attr[:, :1])], 1),
-                            torch.cat([data.edge_attr, torch.ones_like(data.edge_attr[:, :1])], 1)])
+            ea = torch.cat(
+                [
+                    torch.cat([data.edge_attr, torch.zeros_like(data.edge_attr[:, :1])], 1),
+                    torch.cat([data.edge_attr, torch.ones_like(data.edge_attr[:, :1])], 1),
+                ]
+            )
             for c in self.convs:
                 h = h + torch.relu(c(h, ei) if conv == "sage" else c(h, ei, ea))
             s = self.head(h).squeeze(-1) * seen
@@ -445,9 +484,22 @@ class ResidualGNNModel(CostModel):
 
     name = "gnn_residual"
 
-    def __init__(self, kernel_model: str | None = None, execution: str = "eager", hidden: int = 64, layers: int = 3,
-                 epochs: int = 150, lr: float = 3e-3, weight_decay: float = 1e-4, batch_size: int = 16, seed: int = 0,
-                 conv: str = "gatv2", heads: int = 4, bound: float = 0.5, shrink: float = 1.0):
+    def __init__(
+        self,
+        kernel_model: str | None = None,
+        execution: str = "eager",
+        hidden: int = 64,
+        layers: int = 3,
+        epochs: int = 150,
+        lr: float = 3e-3,
+        weight_decay: float = 1e-4,
+        batch_size: int = 16,
+        seed: int = 0,
+        conv: str = "gatv2",
+        heads: int = 4,
+        bound: float = 0.5,
+        shrink: float = 1.0,
+    ):
         if conv not in ("sage", "gatv2"):
             raise ValueError(f"conv must be 'sage' or 'gatv2', got {conv!r}")
         if conv == "gatv2" and hidden % heads:
@@ -478,9 +530,18 @@ class ResidualGNNModel(CostModel):
             w = np.zeros(g.num_nodes)
             if len(k):
                 np.add.at(w, k["node"].to_numpy(int), k["step_ms"].to_numpy(float))
-            out.append(Data(x=g.x, edge_index=g.edge_index, edge_attr=g.edge_attr, u=g.u, kind=g.kind,
-                            w=torch.tensor(w / total, dtype=torch.float32),
-                            log_composed=torch.tensor([math.log(total)], dtype=torch.float32), num_nodes=g.num_nodes))
+            out.append(
+                Data(
+                    x=g.x,
+                    edge_index=g.edge_index,
+                    edge_attr=g.edge_attr,
+                    u=g.u,
+                    kind=g.kind,
+                    w=torch.tensor(w / total, dtype=torch.float32),
+                    log_composed=torch.tensor([math.log(total)], dtype=torch.float32),
+                    num_nodes=g.num_nodes,
+                )
+            )
         return out
 
     def _build(self, n_node: int, n_hw: int):
@@ -490,8 +551,9 @@ class ResidualGNNModel(CostModel):
 
         torch.manual_seed(self.seed)
         self.dims_ = (n_node, n_hw)
-        self.net_ = _residual_net(n_node, n_hw, len(OP_CLASSES), self.hidden, self.layers, self.conv, self.heads,
-                                  self.bound)
+        self.net_ = _residual_net(
+            n_node, n_hw, len(OP_CLASSES), self.hidden, self.layers, self.conv, self.heads, self.bound
+        )
         return self.net_
 
     def fit(self, X, y):
@@ -506,7 +568,11 @@ class ResidualGNNModel(CostModel):
         self.composer_ = NetworkComposer(load_kernel_model(self.kernel_model), self.execution).fit(kernel_items(X), y)
         data = self._data(X, self.composer_.compose(kernel_items(X)))
         net = self._build(X[0].x.shape[1], X[0].u.shape[1])
-        xs, kinds, us = torch.cat([d.x for d in data]), torch.cat([d.kind for d in data]), torch.cat([d.u for d in data])
+        xs, kinds, us = (
+            torch.cat([d.x for d in data]),
+            torch.cat([d.kind for d in data]),
+            torch.cat([d.u for d in data]),
+        )
         for k in torch.unique(kinds):
             m = kinds == k
             std = xs[m].std(0, unbiased=False)  # one node of a kind: std 0, every column ignored
@@ -540,8 +606,10 @@ class ResidualGNNModel(CostModel):
         net = self.net
         widths = {int(g.x.shape[1]) for g in X}
         if widths != {self.dims_[0]}:
-            raise ValueError(f"graphs have {sorted(widths)} node features, the model was fitted on {self.dims_[0]}: "
-                             "encode with the settings used in training (op_names)")
+            raise ValueError(
+                f"graphs have {sorted(widths)} node features, the model was fitted on {self.dims_[0]}: "
+                "encode with the settings used in training (op_names)"
+            )
         data = self._data(X, self.composer_.compose(kernel_items(X)))
         net.eval()
         out = []
@@ -567,8 +635,9 @@ class ResidualGNNModel(CostModel):
         n_node, n_hw = json.loads((path / "dims.json").read_text())
         self._build(n_node, n_hw).load_state_dict(torch.load(path / "gnn.pt", weights_only=True))
         self.net_.eval()
-        self.composer_ = NetworkComposer.from_state(json.loads((path / "composer.json").read_text()),
-                                                    load_model(path / "kernel_model"))
+        self.composer_ = NetworkComposer.from_state(
+            json.loads((path / "composer.json").read_text()), load_model(path / "kernel_model")
+        )
 
 
 def _residual_module(net, lr: float, weight_decay: float, shrink: float):
@@ -583,7 +652,7 @@ def _residual_module(net, lr: float, weight_decay: float, shrink: float):
         def training_step(self, batch, _idx):
             loss = torch.mean((self.net(batch) - torch.log(batch.y)) ** 2)
             if shrink and self.net.last_s is not None and self.net.last_s.numel():
-                loss = loss + shrink * torch.mean(self.net.last_s ** 2)
+                loss = loss + shrink * torch.mean(self.net.last_s**2)
             return loss
 
         def configure_optimizers(self):
@@ -603,7 +672,7 @@ class ComposedNetworkModel(CostModel):
         self.kernel_model = kernel_model
         self.execution = execution
 
-    def fit(self, X, y) -> "ComposedNetworkModel":
+    def fit(self, X, y) -> ComposedNetworkModel:
         from models.compose import NetworkComposer
 
         y = check_targets(y, len(X))
@@ -623,5 +692,6 @@ class ComposedNetworkModel(CostModel):
         from models.base import load_model
         from models.compose import NetworkComposer
 
-        self.composer_ = NetworkComposer.from_state(json.loads((path / "composer.json").read_text()),
-                                                    load_model(path / "kernel_model"))
+        self.composer_ = NetworkComposer.from_state(
+            json.loads((path / "composer.json").read_text()), load_model(path / "kernel_model")
+        )

@@ -21,6 +21,7 @@ FFs per weight, a stored-weight one per output and per input (``features.fpga``)
 names a :class:`RegimeModel` per target: one tree model per value of ``regime_column``, each on its own features
 and over its own base, plus an optional linear term in an offset column (y = alpha x d_in + d_out x exp(f)).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,10 +57,20 @@ class RegimeModel(CostModel):
 
     name = "regime"
 
-    def __init__(self, regime_column: str, features: dict | None = None, base_columns: dict | None = None,
-                 offset_columns: dict | None = None, n_estimators: int = 800, learning_rate: float = 0.05,
-                 max_depth: int = 3, subsample: float = 0.8, colsample_bytree: float = 0.8, random_state: int = 0,
-                 n_jobs: int = 1):
+    def __init__(
+        self,
+        regime_column: str,
+        features: dict | None = None,
+        base_columns: dict | None = None,
+        offset_columns: dict | None = None,
+        n_estimators: int = 800,
+        learning_rate: float = 0.05,
+        max_depth: int = 3,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.8,
+        random_state: int = 0,
+        n_jobs: int = 1,
+    ):
         self.regime_column = regime_column
         self.features = features
         self.base_columns = base_columns
@@ -78,8 +89,11 @@ class RegimeModel(CostModel):
     def _columns(self, X: pd.DataFrame, regime: str) -> list[str]:
         cols = self._setting(self.features, regime) or [c for c in X.columns if c != self.regime_column]
         base = self._setting(self.base_columns, regime)
-        missing = [c for c in [*cols, base, self._setting(self.offset_columns, regime), self.regime_column]
-                   if c is not None and c not in X.columns]
+        missing = [
+            c
+            for c in [*cols, base, self._setting(self.offset_columns, regime), self.regime_column]
+            if c is not None and c not in X.columns
+        ]
         if missing:
             raise ValueError(f"features missing: {', '.join(missing)}")
         return list(dict.fromkeys([*cols, *([base] if base else [])]))
@@ -91,14 +105,17 @@ class RegimeModel(CostModel):
 
     @staticmethod
     def _slope(X: pd.DataFrame, y: np.ndarray, offset: np.ndarray, group_columns: list[str]) -> float:
-        groups = X.groupby(group_columns, dropna=False, sort=False).ngroup().to_numpy() if group_columns else \
-            np.zeros(len(X), int)
+        groups = (
+            X.groupby(group_columns, dropna=False, sort=False).ngroup().to_numpy()
+            if group_columns
+            else np.zeros(len(X), int)
+        )
         o_dev = offset - pd.Series(offset).groupby(groups).transform("mean").to_numpy()
         y_dev = y - pd.Series(y).groupby(groups).transform("mean").to_numpy()
         denom = float(np.sum(o_dev * o_dev))
         return max(float(np.sum(o_dev * y_dev)) / denom, 0.0) if denom > 0 else 0.0
 
-    def fit(self, X: pd.DataFrame, y) -> "RegimeModel":
+    def fit(self, X: pd.DataFrame, y) -> RegimeModel:
         X, y = check_xy(X, y)
         regimes = self._regimes(X)
         self.parts_: dict[str, dict] = {}
@@ -112,10 +129,16 @@ class RegimeModel(CostModel):
                 group_columns = [c for c in cols if c not in (base, offset_col)]
                 alpha = self._slope(Xr, yr, Xr[offset_col].to_numpy(float), group_columns)
                 yr = np.maximum(yr - alpha * Xr[offset_col].to_numpy(float), 0.05 * yr)  # the remainder stays > 0
-            model = XGBoostModel(n_estimators=self.n_estimators, learning_rate=self.learning_rate,
-                                 max_depth=self.max_depth, subsample=self.subsample,
-                                 colsample_bytree=self.colsample_bytree, random_state=self.random_state,
-                                 n_jobs=self.n_jobs, base_columns=base)
+            model = XGBoostModel(
+                n_estimators=self.n_estimators,
+                learning_rate=self.learning_rate,
+                max_depth=self.max_depth,
+                subsample=self.subsample,
+                colsample_bytree=self.colsample_bytree,
+                random_state=self.random_state,
+                n_jobs=self.n_jobs,
+                base_columns=base,
+            )
             self.parts_[r] = {"model": model.fit(Xr[cols], yr), "alpha": alpha, "offset": offset_col, "columns": cols}
         return self
 
@@ -131,7 +154,8 @@ class RegimeModel(CostModel):
             if rows.any():
                 Xr = X.loc[rows]
                 out[rows] = part["model"].predict(Xr[part["columns"]]) + (
-                    part["alpha"] * Xr[part["offset"]].to_numpy(float) if part["offset"] else 0.0)
+                    part["alpha"] * Xr[part["offset"]].to_numpy(float) if part["offset"] else 0.0
+                )
         return out
 
     def _save_payload(self, path: Path) -> None:
@@ -149,11 +173,26 @@ class RegimeModel(CostModel):
 class HurdleModel(CostModel):
     name = "hurdle"
 
-    def __init__(self, targets: list[str], hurdle_targets=("dsp", "bram_18k"), transform="log1p",
-                 base_columns=None, lower=None, upper=None, n_estimators: int = 400, learning_rate: float = 0.05,
-                 max_depth: int = 6, subsample: float = 0.8, colsample_bytree: float = 0.8,
-                 classifier_estimators: int = 200, threshold: float = 0.5, random_state: int = 0, n_jobs: int = 1,
-                 regime_column: str | None = None, regime_models: dict | None = None):
+    def __init__(
+        self,
+        targets: list[str],
+        hurdle_targets=("dsp", "bram_18k"),
+        transform="log1p",
+        base_columns=None,
+        lower=None,
+        upper=None,
+        n_estimators: int = 400,
+        learning_rate: float = 0.05,
+        max_depth: int = 6,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.8,
+        classifier_estimators: int = 200,
+        threshold: float = 0.5,
+        random_state: int = 0,
+        n_jobs: int = 1,
+        regime_column: str | None = None,
+        regime_models: dict | None = None,
+    ):
         self.targets = targets
         self.hurdle_targets = hurdle_targets
         self.transform = transform
@@ -178,16 +217,27 @@ class HurdleModel(CostModel):
         for t, tr in zip(self.targets, transforms):
             if t in self.hurdle_targets and tr != "log1p":
                 raise ValueError(f"hurdle target {t!r} needs transform log1p (it has zeros), got {tr!r}")
-        return (transforms, per_target(self.base_columns, n, "base_columns"), per_target(self.lower, n, "lower"),
-                per_target(self.upper, n, "upper"))
+        return (
+            transforms,
+            per_target(self.base_columns, n, "base_columns"),
+            per_target(self.lower, n, "lower"),
+            per_target(self.upper, n, "upper"),
+        )
 
     def _regressor(self, transform: str, base) -> XGBoostModel:
-        return XGBoostModel(n_estimators=self.n_estimators, learning_rate=self.learning_rate, max_depth=self.max_depth,
-                            subsample=self.subsample, colsample_bytree=self.colsample_bytree,
-                            random_state=self.random_state, n_jobs=self.n_jobs, transform=transform,
-                            base_columns=base)
+        return XGBoostModel(
+            n_estimators=self.n_estimators,
+            learning_rate=self.learning_rate,
+            max_depth=self.max_depth,
+            subsample=self.subsample,
+            colsample_bytree=self.colsample_bytree,
+            random_state=self.random_state,
+            n_jobs=self.n_jobs,
+            transform=transform,
+            base_columns=base,
+        )
 
-    def fit(self, X: pd.DataFrame, y) -> "HurdleModel":
+    def fit(self, X: pd.DataFrame, y) -> HurdleModel:
         X, _ = check_xy(X)
         transforms, bases, _, _ = self._spec()
         unknown = [t for t in self.hurdle_targets if t not in self.targets]
@@ -199,17 +249,27 @@ class HurdleModel(CostModel):
         regime = dict(self.regime_models or {})
         wrong = [t for t in regime if t not in self.targets or t in self.hurdle_targets]
         if wrong or (regime and not self.regime_column):
-            raise ValueError(f"regime_models {wrong or list(regime)}: need regime_column and non-hurdle targets "
-                             f"among {self.targets}")
+            raise ValueError(
+                f"regime_models {wrong or list(regime)}: need regime_column and non-hurdle targets among {self.targets}"
+            )
         for j, (t, tr, b) in enumerate(zip(self.targets, transforms, bases)):
             if t in regime:
                 if tr != "log" or b is not None:
-                    raise ValueError(f"regime target {t!r} takes its bases from regime_models (transform log, "
-                                     f"base_columns null), got {tr!r} / {b!r}")
-                model = RegimeModel(self.regime_column, **regime[t], n_estimators=self.n_estimators,
-                                    learning_rate=self.learning_rate, max_depth=self.max_depth,
-                                    subsample=self.subsample, colsample_bytree=self.colsample_bytree,
-                                    random_state=self.random_state, n_jobs=self.n_jobs)
+                    raise ValueError(
+                        f"regime target {t!r} takes its bases from regime_models (transform log, "
+                        f"base_columns null), got {tr!r} / {b!r}"
+                    )
+                model = RegimeModel(
+                    self.regime_column,
+                    **regime[t],
+                    n_estimators=self.n_estimators,
+                    learning_rate=self.learning_rate,
+                    max_depth=self.max_depth,
+                    subsample=self.subsample,
+                    colsample_bytree=self.colsample_bytree,
+                    random_state=self.random_state,
+                    n_jobs=self.n_jobs,
+                )
                 self.parts_[t] = {"amount": model.fit(X, Y[:, j])}
                 continue
             if t not in self.hurdle_targets:
@@ -221,9 +281,13 @@ class HurdleModel(CostModel):
                 part["constant"] = float(nonzero.all())
             else:
                 part["classifier"] = xgb.XGBClassifier(
-                    n_estimators=self.classifier_estimators, learning_rate=0.1, max_depth=4,
-                    random_state=self.random_state, n_jobs=self.n_jobs, tree_method="hist").fit(
-                    X[self.feature_names_].to_numpy(np.float32), nonzero.astype(int))
+                    n_estimators=self.classifier_estimators,
+                    learning_rate=0.1,
+                    max_depth=4,
+                    random_state=self.random_state,
+                    n_jobs=self.n_jobs,
+                    tree_method="hist",
+                ).fit(X[self.feature_names_].to_numpy(np.float32), nonzero.astype(int))
             if nonzero.any():
                 part["amount"] = self._regressor("log", b).fit(X[nonzero], Y[nonzero, j])
             self.parts_[t] = part

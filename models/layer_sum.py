@@ -9,6 +9,7 @@ its layers in one shared table of measured layers (their tabular features and ru
 * :class:`MeasuredLayerSum`: the sum of the measured layer runtimes. No model: it reads the layer measurements, so it
   shows how additive the runtime is, the floor of any layer-sum model (a reference, never a candidate to serve).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,7 +38,7 @@ class LayerSumModel(CostModel):
     def __init__(self, base: dict | None = None):
         self.base = dict(base) if base is not None else {"kind": "xgb"}
 
-    def fit(self, X, y) -> "LayerSumModel":
+    def fit(self, X, y) -> LayerSumModel:
         X, _ = _check(X, y)
         table = X[0].table
         train = np.unique(np.concatenate([s.positions for s in X]))  # distinct layers, in table order
@@ -45,8 +46,9 @@ class LayerSumModel(CostModel):
         kind = params.pop("kind", "xgb")
         if kind not in BASES:
             raise ValueError(f"LayerSumModel: unknown base kind {kind!r} (known: {', '.join(BASES)})")
-        self.base_ = BASES[kind](**params).fit(table.features.iloc[train].reset_index(drop=True),
-                                               table.runtime_ms[train])
+        self.base_ = BASES[kind](**params).fit(
+            table.features.iloc[train].reset_index(drop=True), table.runtime_ms[train]
+        )
         return self
 
     def predict(self, X) -> np.ndarray:
@@ -63,7 +65,7 @@ class LayerSumModel(CostModel):
 class MeasuredLayerSum(CostModel):
     name = "measured_layer_sum"
 
-    def fit(self, X, y) -> "MeasuredLayerSum":
+    def fit(self, X, y) -> MeasuredLayerSum:
         _check(X, y)
         return self
 

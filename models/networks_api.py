@@ -21,10 +21,12 @@ energy / runtime; with a runtime-only model power and energy are absent. ``sum_r
 of the kernels' predictions. ``execution=None`` gives the plain rules instead: runtime and energy (and their
 interval ends) are sums, peak memory is the largest kernel's, power is energy / runtime.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,11 +40,11 @@ PEAK_TARGETS = ("peak_mem_bytes",)
 
 @dataclasses.dataclass
 class NetworkPrediction:
-    kernels: pd.DataFrame                      # workloads + hardware + one column per prediction
-    total: dict[str, float]                    # the network's figures (module docstring)
+    kernels: pd.DataFrame  # workloads + hardware + one column per prediction
+    total: dict[str, float]  # the network's figures (module docstring)
     unmapped: list[tuple[str, int]] = dataclasses.field(default_factory=list)
-    capture: str = ""                          # torch.export / make_fx / mlir
-    execution: str | None = None               # the execution mode of the total (None: plain sums)
+    capture: str = ""  # torch.export / make_fx / mlir
+    execution: str | None = None  # the execution mode of the total (None: plain sums)
 
 
 def _load(model):
@@ -73,12 +75,16 @@ def check_signature(kernels: pd.DataFrame, model, where: str = "model") -> None:
     if names is None:
         return
     if "op" not in names:
-        raise FeatureError(f"{where} is a whole-network model (its input is MLIR text, not kernels): give it the "
-                           "module's MLIR, or use a per-kernel model")
+        raise FeatureError(
+            f"{where} is a whole-network model (its input is MLIR text, not kernels): give it the "
+            "module's MLIR, or use a per-kernel model"
+        )
     used = [c for c in SHAPE_PARAMS if c in kernels.columns and kernels[c].notna().any() and c not in names]
     if used:
-        raise FeatureError(f"{where} was logged without the shape column(s) {', '.join(used)} that these kernels use "
-                           "(it predates them): re-register it with this version")
+        raise FeatureError(
+            f"{where} was logged without the shape column(s) {', '.join(used)} that these kernels use "
+            "(it predates them): re-register it with this version"
+        )
 
 
 def total(preds: pd.DataFrame) -> dict[str, float]:
@@ -117,8 +123,14 @@ def _registry(loaded):
     return registry
 
 
-def compose_total(per_kernel: pd.DataFrame, hardware: str, execution: str, registry=None,
-                  table: Mapping | None = None, free_ops: int = 0) -> tuple[dict, pd.DataFrame]:
+def compose_total(
+    per_kernel: pd.DataFrame,
+    hardware: str,
+    execution: str,
+    registry=None,
+    table: Mapping | None = None,
+    free_ops: int = 0,
+) -> tuple[dict, pd.DataFrame]:
     """The network's figures from its kernels' predictions under ``execution`` (``models.compose``; ``free_ops``:
     the kernel-free ATen calls of the forward pass): the plain rules (:func:`total`) for the other columns, the
     composition for runtime, power and energy. Returns the total and the per-kernel frame with the composition's
@@ -135,18 +147,32 @@ def compose_total(per_kernel: pd.DataFrame, hardware: str, execution: str, regis
         raise FeatureError(str(exc)) from None
     table = table or load_execution()
     if spec.kind not in table:
-        raise FeatureError(f"hardware {spec.id!r} is a {spec.kind}: no execution constants for it "
-                           f"(conf/execution.yaml has {', '.join(table)})")
+        raise FeatureError(
+            f"hardware {spec.id!r} is a {spec.kind}: no execution constants for it "
+            f"(conf/execution.yaml has {', '.join(table)})"
+        )
     power = "power_w" in per_kernel.columns and pd.to_numeric(per_kernel["power_w"], errors="coerce").notna().all()
     ps, src = static_power(spec, registry) if power else (None, "")
     try:
-        comp = compose(per_kernel.drop(columns=[] if power else [c for c in per_kernel.columns
-                                                                 if c.startswith("power_w")]),
-                       execution, table[spec.kind], ps, src, free_ops)
+        comp = compose(
+            per_kernel.drop(columns=[] if power else [c for c in per_kernel.columns if c.startswith("power_w")]),
+            execution,
+            table[spec.kind],
+            ps,
+            src,
+            free_ops,
+        )
     except ValueError as exc:
         raise FeatureError(str(exc)) from None
-    plain = total(per_kernel[[c for c in per_kernel.columns if c in _PREDICTED or c.removesuffix("_lo").removesuffix(
-        "_hi") in _PREDICTED]])
+    plain = total(
+        per_kernel[
+            [
+                c
+                for c in per_kernel.columns
+                if c in _PREDICTED or c.removesuffix("_lo").removesuffix("_hi") in _PREDICTED
+            ]
+        ]
+    )
     out = {k: v for k, v in plain.items() if not k.startswith(("runtime_ms", "power_w", "energy_j"))}
     out.update(comp.total, sum_runtime_ms=plain["runtime_ms"])
     return out, comp.kernels
@@ -155,8 +181,9 @@ def compose_total(per_kernel: pd.DataFrame, hardware: str, execution: str, regis
 _PREDICTED = ("runtime_ms", "power_w", "energy_j", "peak_mem_bytes")
 
 
-def predict_kernels(kernels: pd.DataFrame, model, hardware: str,
-                    execution: str | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+def predict_kernels(
+    kernels: pd.DataFrame, model, hardware: str, execution: str | None = None
+) -> tuple[pd.DataFrame, dict[str, float]]:
     """Per-kernel predictions of a workload frame on ``hardware`` and the network's total: composed under
     ``execution`` (:func:`compose_total`), or by the plain rules (:func:`total`) when it is None."""
     from mlflow.exceptions import MlflowException
@@ -174,8 +201,9 @@ def predict_kernels(kernels: pd.DataFrame, model, hardware: str,
         preds = loaded.predict(frame)
     except MlflowException as exc:
         msg = exc.message
-        raise FeatureError(msg.removeprefix(INPUT_ERROR_PREFIX) if msg.startswith(INPUT_ERROR_PREFIX)
-                           else " ".join(msg.split())[:300]) from None
+        raise FeatureError(
+            msg.removeprefix(INPUT_ERROR_PREFIX) if msg.startswith(INPUT_ERROR_PREFIX) else " ".join(msg.split())[:300]
+        ) from None
     preds = pd.DataFrame(preds).reset_index(drop=True)
     preds = preds.drop(columns=[c for c in preds.columns if c.startswith("network_") and preds[c].isna().all()])
     per_kernel = kernels.reset_index(drop=True).assign(hardware=hardware).join(preds)
@@ -185,9 +213,16 @@ def predict_kernels(kernels: pd.DataFrame, model, hardware: str,
     return per_kernel, tot
 
 
-def predict_module(module, example_inputs, model, hardware: str, dtype: str | None = None,
-                   kwargs: Mapping[str, Any] | None = None, strict: bool = False,
-                   execution: str | None = "eager") -> NetworkPrediction:
+def predict_module(
+    module,
+    example_inputs,
+    model,
+    hardware: str,
+    dtype: str | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    strict: bool = False,
+    execution: str | None = "eager",
+) -> NetworkPrediction:
     """Cost one forward pass of a ``torch.nn.Module`` (``features.torch_capture.workloads_from_module``) run in
     ``execution`` mode (module docstring)."""
     from features.torch_capture import workloads_from_module
@@ -197,8 +232,15 @@ def predict_module(module, example_inputs, model, hardware: str, dtype: str | No
     return NetworkPrediction(per_kernel, tot, unmapped, kernels.attrs.get("capture", ""), execution)
 
 
-def predict_mlir(text: str, model, hardware: str, dims: Mapping[str, object] | None = None,
-                 where: str = "mlir", strict: bool = False, execution: str | None = "eager") -> NetworkPrediction:
+def predict_mlir(
+    text: str,
+    model,
+    hardware: str,
+    dims: Mapping[str, object] | None = None,
+    where: str = "mlir",
+    strict: bool = False,
+    execution: str | None = "eager",
+) -> NetworkPrediction:
     """Cost an MLIR module's kernels (``features.mlir.workloads_from_mlir``; ``dims`` binds dynamic sizes) run in
     ``execution`` mode."""
     from features.mlir import workloads_from_mlir

@@ -30,6 +30,7 @@ Each prediction has a domain of validity and an interval (:meth:`PhysicsModel.pr
 calibrated at fit time on held-out folds of the training rows (shapes, hardware, the largest shapes). A new GPU
 is learned from a few of its measurements by :meth:`PhysicsModel.calibrate` (a boosted correction).
 """
+
 from __future__ import annotations
 
 import copy
@@ -61,8 +62,18 @@ CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-
 FLOOR_QUANTILE = 0.3  # the fastest 30% of a hardware's kernels of a family fix its floor
 MIN_FLOOR_MS = 1e-3
 # the columns of one (op, dtype, shape), whatever the hardware: the grouping key of the held-out-shape folds
-SHAPE_KEY = ("flops", "bytes", "dtype_bytes", "log2_k", "log2_m_over_n", "log2_batch", "log2_row", "conv_kernel",
-             "conv_stride", "causal")
+SHAPE_KEY = (
+    "flops",
+    "bytes",
+    "dtype_bytes",
+    "log2_k",
+    "log2_m_over_n",
+    "log2_batch",
+    "log2_row",
+    "conv_kernel",
+    "conv_stride",
+    "causal",
+)
 
 
 def physics_frame(X: pd.DataFrame, registry=None) -> pd.DataFrame:
@@ -72,15 +83,19 @@ def physics_frame(X: pd.DataFrame, registry=None) -> pd.DataFrame:
     if "physics_ms" in X.columns:
         missing = [c for c in (*FEATURES, *HARDWARE, *SIZE, "physics_ms") if c not in X.columns]
         if missing:
-            raise ValueError(f"physics frame lacks column(s) {', '.join(missing[:5])} (build it with "
-                             "features.physics.PhysicsFeaturizer)")
+            raise ValueError(
+                f"physics frame lacks column(s) {', '.join(missing[:5])} (build it with "
+                "features.physics.PhysicsFeaturizer)"
+            )
         return X.reset_index(drop=True)
     if {"op", "hardware"} <= set(X.columns):
         from data.hardware import HardwareRegistry
 
         return PhysicsFeaturizer(registry or HardwareRegistry.from_dir()).transform(X)
-    raise ValueError("X must be a physics frame (features.physics.PhysicsFeaturizer) or workload descriptions "
-                     "(op, hardware, dtype and shape columns)")
+    raise ValueError(
+        "X must be a physics frame (features.physics.PhysicsFeaturizer) or workload descriptions "
+        "(op, hardware, dtype and shape columns)"
+    )
 
 
 def families_of(X: pd.DataFrame) -> np.ndarray:
@@ -104,8 +119,9 @@ FLOOR_REGIMES = (*HARNESSES, "cpu")  # a GPU timed back to back / per call; a CP
 def regime_index(X: pd.DataFrame) -> np.ndarray:
     """Per row its launch-floor regime (:data:`FLOOR_REGIMES`): a CPU row ``cpu``, a GPU row its timing harness
     (``features.physics.HARNESSES``, column ``harness_per_call``; a frame without it: back to back)."""
-    harness = X["harness_per_call"].to_numpy(float).astype(int) if "harness_per_call" in X.columns \
-        else np.zeros(len(X), int)
+    harness = (
+        X["harness_per_call"].to_numpy(float).astype(int) if "harness_per_call" in X.columns else np.zeros(len(X), int)
+    )
     return np.where(X["hw_is_gpu"].to_numpy(float) > 0, harness, 2)
 
 
@@ -141,8 +157,7 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     regime = regime_index(X)
     pooled = _family_floors(X, y, np.ones(len(X), bool)) or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
     if not by_harness:
-        return {r: {f: float(pooled.get(f, np.median(list(pooled.values())))) for f in FAMILIES}
-                for r in FLOOR_REGIMES}
+        return {r: {f: float(pooled.get(f, np.median(list(pooled.values())))) for f in FAMILIES} for r in FLOOR_REGIMES}
     own = [_family_floors(X, y, regime == i) for i in range(len(FLOOR_REGIMES))]
     if not own[0] and not own[1]:  # no GPU row: both GPU harnesses from all rows
         own[0] = own[1] = dict(pooled)
@@ -161,6 +176,7 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
 
 def _objective(phys, floor, logy, e_max):
     """Squared log error of ``floor + phys / (e_max sigmoid(f))`` as an XGBoost objective on the margin f."""
+
     def obj(margin, _dtrain):
         s = 1.0 / (1.0 + np.exp(-margin))
         kernel = phys / (e_max * s)
@@ -168,29 +184,49 @@ def _objective(phys, floor, logy, e_max):
         slope = -(kernel / pred) * (1.0 - s)  # d log(pred) / d margin
         resid = np.log(pred) - logy
         return resid * slope, slope * slope + 1e-6
+
     return obj
 
 
 def _correction_objective(kernel, floor, logy):
     """Squared log error of ``floor + kernel * exp(g)`` on the margin g (the few-shot correction)."""
+
     def obj(g, _dtrain):
         k = kernel * np.exp(g)
         pred = floor + k
         w = k / pred
         resid = np.log(pred) - logy
         return resid * w, w * w + 1e-6
+
     return obj
 
 
 class PhysicsModel(CostModel):
     name = "physics"
 
-    def __init__(self, learner: str = "xgb", e_max: float = 4.0, n_estimators: int = 300, learning_rate: float = 0.05,
-                 max_depth: int = 6, subsample: float = 0.8, colsample_bytree: float = 0.8,
-                 min_child_weight: float = 5.0, monotone: bool = True, hidden: int = 64, epochs: int = 30,
-                 batch_size: int = 2048, mlp_learning_rate: float = 3e-3, level: float = 0.9,
-                 interval_folds: bool = True, interval_max_rows: int = 40000, interval_hardware_folds: int = 8,
-                 harness_floors: bool = True, random_state: int = 0, n_jobs: int = 1):
+    def __init__(
+        self,
+        learner: str = "xgb",
+        e_max: float = 4.0,
+        n_estimators: int = 300,
+        learning_rate: float = 0.05,
+        max_depth: int = 6,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.8,
+        min_child_weight: float = 5.0,
+        monotone: bool = True,
+        hidden: int = 64,
+        epochs: int = 30,
+        batch_size: int = 2048,
+        mlp_learning_rate: float = 3e-3,
+        level: float = 0.9,
+        interval_folds: bool = True,
+        interval_max_rows: int = 40000,
+        interval_hardware_folds: int = 8,
+        harness_floors: bool = True,
+        random_state: int = 0,
+        n_jobs: int = 1,
+    ):
         self.learner = learner
         self.e_max = e_max
         self.n_estimators = n_estimators
@@ -239,9 +275,16 @@ class PhysicsModel(CostModel):
             self._fit_mlp(F, phys, floor, y)
 
     def _fit_xgb(self, F, phys, floor, y) -> None:
-        params = {"eta": self.learning_rate, "max_depth": self.max_depth, "subsample": self.subsample,
-                  "colsample_bytree": self.colsample_bytree, "min_child_weight": self.min_child_weight,
-                  "seed": self.random_state, "nthread": self.n_jobs, "tree_method": "hist"}
+        params = {
+            "eta": self.learning_rate,
+            "max_depth": self.max_depth,
+            "subsample": self.subsample,
+            "colsample_bytree": self.colsample_bytree,
+            "min_child_weight": self.min_child_weight,
+            "seed": self.random_state,
+            "nthread": self.n_jobs,
+            "tree_method": "hist",
+        }
         if self.monotone:
             params["monotone_constraints"] = "(" + ",".join(str(MONOTONE.get(f, 0)) for f in FEATURES) + ")"
         d = xgb.DMatrix(F, feature_names=list(FEATURES))
@@ -256,11 +299,17 @@ class PhysicsModel(CostModel):
         torch.set_num_threads(max(1, self.n_jobs))
         self.mean_, self.std_ = F.mean(axis=0), np.maximum(F.std(axis=0), 1e-6)
         net = _mlp(len(FEATURES), self.hidden, self.base_margin_)
-        data = torch.utils.data.TensorDataset(*(torch.as_tensor(np.asarray(a, np.float32)) for a in
-                                                ((F - self.mean_) / self.std_, phys, floor, np.log(y))))
+        data = torch.utils.data.TensorDataset(
+            *(
+                torch.as_tensor(np.asarray(a, np.float32))
+                for a in ((F - self.mean_) / self.std_, phys, floor, np.log(y))
+            )
+        )
         batches = torch.utils.data.BatchSampler(  # whole batches by one fancy index each (not row by row)
             torch.utils.data.RandomSampler(data, generator=torch.Generator().manual_seed(self.random_state)),
-            self.batch_size, drop_last=False)
+            self.batch_size,
+            drop_last=False,
+        )
         loader = torch.utils.data.DataLoader(data, sampler=batches, batch_size=None)
         steps = self.epochs * len(loader)
         trainer(self.epochs, self.random_state).fit(_mlp_module(net, self.e_max, self.mlp_learning_rate, steps), loader)
@@ -395,8 +444,9 @@ class PhysicsModel(CostModel):
         if y_new.shape != (len(X_new),):
             raise ValueError(f"calibrate: y has shape {y_new.shape}, expected ({len(X_new)},)")
         if len(X_new) < MIN_CALIBRATION_ROWS:
-            raise ValueError(f"calibrate: needs at least {MIN_CALIBRATION_ROWS} measured rows of the new hardware, "
-                             f"got {len(X_new)}")
+            raise ValueError(
+                f"calibrate: needs at least {MIN_CALIBRATION_ROWS} measured rows of the new hardware, got {len(X_new)}"
+            )
         if not np.all(np.isfinite(y_new)) or np.any(y_new <= 0):
             raise ValueError("calibrate: measured runtimes must be finite and > 0")
         keys = np.unique(hardware_keys(X_new))
@@ -408,11 +458,15 @@ class PhysicsModel(CostModel):
         rounds, oof = self._choose_rounds(X_new, base_floor, base_kernel, logy)
         corr = _fit_correction(X_new, base_floor, base_kernel, logy, rounds, self.random_state)
         base_log = np.log(base_floor + base_kernel)
-        corr.update(key=str(keys[0]), hardware=hardware or str(keys[0]), rows=len(X_new),
-                    q=conformal(np.abs(oof - logy), self.level),
-                    # honest numbers on the new rows: the model before, and the correction out of fold
-                    mape_before=float(np.mean(np.abs(np.exp(base_log - logy) - 1)) * 100),
-                    mape_out_of_fold=float(np.mean(np.abs(np.exp(oof - logy) - 1)) * 100))
+        corr.update(
+            key=str(keys[0]),
+            hardware=hardware or str(keys[0]),
+            rows=len(X_new),
+            q=conformal(np.abs(oof - logy), self.level),
+            # honest numbers on the new rows: the model before, and the correction out of fold
+            mape_before=float(np.mean(np.abs(np.exp(base_log - logy) - 1)) * 100),
+            mape_out_of_fold=float(np.mean(np.abs(np.exp(oof - logy) - 1)) * 100),
+        )
         new = copy.deepcopy(self)
         new.corrections_ = [c for c in self.corrections_ if c["key"] != corr["key"]] + [corr]
         new.domain_ = copy.deepcopy(self.domain_).add_hardware(X_new)
@@ -438,9 +492,13 @@ class PhysicsModel(CostModel):
 
     # --- persistence --------------------------------------------------------------------------------------
     def _save_payload(self, path: Path) -> None:
-        state = {"floors": self.floors_, "base_margin": self.base_margin_, "domain": self.domain_.to_dict(),
-                 "widening": self.widening_,
-                 "corrections": [{k: v for k, v in c.items() if k != "booster"} for c in self.corrections_]}
+        state = {
+            "floors": self.floors_,
+            "base_margin": self.base_margin_,
+            "domain": self.domain_.to_dict(),
+            "widening": self.widening_,
+            "corrections": [{k: v for k, v in c.items() if k != "booster"} for c in self.corrections_],
+        }
         for i, c in enumerate(self.corrections_):
             if c.get("booster") is not None:
                 c["booster"].save_model(path / f"correction_{i}.ubj")
@@ -507,8 +565,14 @@ def _correction_margin(corr: dict, X: pd.DataFrame) -> np.ndarray:
 def _mlp(n_in: int, hidden: int, base_margin: float):
     import torch
 
-    net = torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.SiLU(), torch.nn.Linear(hidden, hidden),
-                              torch.nn.SiLU(), torch.nn.Linear(hidden, 1), torch.nn.Flatten(0))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(n_in, hidden),
+        torch.nn.SiLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.SiLU(),
+        torch.nn.Linear(hidden, 1),
+        torch.nn.Flatten(0),
+    )
     with torch.no_grad():
         net[4].bias.fill_(base_margin)
     return net

@@ -18,13 +18,15 @@ Models (all read the columns of ``features.tabular.PowerFeaturizer``):
   ``analytical_power_w`` / ``analytical_runtime_ms`` feature columns.
 * ``xgb``: XGBoost on the tabular features (log target). Runtime: :class:`models.tree.XGBoostModel` on
   ``log(runtime_ms)``. Power: on ``log(power_w / tdp_w)`` (``XGBoostModel(base_columns="hw_tdp_w")``, a
-  residual over the spec's board limit), prediction = TDP x exp(.): with one measured GPU every spec column is constant in training, so
+  residual over the spec's board limit), prediction = TDP x exp(.): with one measured GPU every spec column is constant
+  in training, so
   trees on absolute watts would give a 72 W L4 the H200's 600 W; a fraction of the board limit transfers.
 * ``residual``: XGBoost on ``log(actual / analytical)`` (``XGBoostModel(base_columns=<analytical column>)``);
   prediction = analytical x exp(.);
 * ``hybrid``: the residual runtime model with the xgb power model.
 
-:class:`PowerSurrogate` (a :class:`~models.base.CostModel`; ``conf/model/power_<kind>.yaml``) pairs one runtime model with one power model (per-target), or holds ONE multi-target model
+:class:`PowerSurrogate` (a :class:`~models.base.CostModel`; ``conf/model/power_<kind>.yaml``) pairs one runtime model
+with one power model (per-target), or holds ONE multi-target model
 that predicts both (``joint``: :func:`make_joint_model`, ``models.tree`` with ``targets=[runtime_ms, power_w]``
 and the same per-target base columns as the per-target kinds: log(runtime), log(power / TDP) for ``xgb``,
 log(y / analytical y) for ``residual``); either way it bounds the predicted power to
@@ -35,6 +37,7 @@ number of predictions the bound changed is in ``PowerSurrogate.last_bounded``. H
 models only through spec columns (no hardware id), so a GPU with a spec sheet and no measured rows
 gets predictions from its specs alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,6 +57,7 @@ ANALYTICAL_COLUMN = {"runtime_ms": "analytical_runtime_ms", "power_w": "analytic
 
 class AnalyticalModel(RooflineModel):
     """The analytical (spec-driven) baseline: returns a feature column computed from spec sheets."""
+
     name = "analytical"
 
 
@@ -68,8 +72,11 @@ def make_model(kind: str, target: str, **params) -> CostModel:
     raise ValueError(f"unknown power model kind {kind!r} (analytical, xgb, residual)")
 
 
-JOINT_BASES = {"xgb": (None, "hw_tdp_w"), "residual": (ANALYTICAL_COLUMN["runtime_ms"], ANALYTICAL_COLUMN["power_w"]),
-               "hybrid": (ANALYTICAL_COLUMN["runtime_ms"], "hw_tdp_w")}  # kind -> (runtime base, power base)
+JOINT_BASES = {
+    "xgb": (None, "hw_tdp_w"),
+    "residual": (ANALYTICAL_COLUMN["runtime_ms"], ANALYTICAL_COLUMN["power_w"]),
+    "hybrid": (ANALYTICAL_COLUMN["runtime_ms"], "hw_tdp_w"),
+}  # kind -> (runtime base, power base)
 
 
 def make_joint_model(kind: str, **params) -> CostModel:
@@ -115,14 +122,18 @@ class PowerSurrogate(CostModel):
         rt_kind, pw_kind = HYBRID.get(self.kind, (self.kind, self.kind))
         if self.multi_target and self.kind != "analytical":
             return {"joint": make_joint_model(self.kind, **self.xgb)}
-        return {"runtime_ms": make_model(rt_kind, "runtime_ms", **({} if rt_kind == "analytical" else self.xgb)),
-                "power_w": make_model(pw_kind, "power_w", **({} if pw_kind == "analytical" else self.xgb))}
+        return {
+            "runtime_ms": make_model(rt_kind, "runtime_ms", **({} if rt_kind == "analytical" else self.xgb)),
+            "power_w": make_model(pw_kind, "power_w", **({} if pw_kind == "analytical" else self.xgb)),
+        }
 
-    def fit(self, X: pd.DataFrame, y) -> "PowerSurrogate":
+    def fit(self, X: pd.DataFrame, y) -> PowerSurrogate:
         y = np.asarray(y.to_numpy() if isinstance(y, pd.DataFrame) else y, float)
         if y.ndim != 2 or y.shape[1] not in (2, 3):
-            raise ValueError(f"PowerSurrogate.fit: y has shape {y.shape}; expected [n, 2] (runtime_ms, power_w) "
-                             "or [n, 3] (+ energy_j, derived)")
+            raise ValueError(
+                f"PowerSurrogate.fit: y has shape {y.shape}; expected [n, 2] (runtime_ms, power_w) "
+                "or [n, 3] (+ energy_j, derived)"
+            )
         self.models = self._build()
         if self.joint:
             self.models["joint"].fit(X, y[:, :2])
@@ -147,15 +158,16 @@ class PowerSurrogate(CostModel):
     def _save_payload(self, path: Path) -> None:
         for key, model in self.models.items():
             model.save(path / key)
-        (path / "surrogate.json").write_text(json.dumps({"members": list(self.models),
-                                                         "derived": {DERIVED: "power_w * runtime_ms / 1000"}}))
+        (path / "surrogate.json").write_text(
+            json.dumps({"members": list(self.models), "derived": {DERIVED: "power_w * runtime_ms / 1000"}})
+        )
 
     def _load_payload(self, path: Path) -> None:
         members = json.loads((path / "surrogate.json").read_text())["members"]
         self.models = {key: load_model(path / key) for key in members}
 
     @classmethod
-    def load_legacy(cls, path: str | Path) -> "PowerSurrogate":
+    def load_legacy(cls, path: str | Path) -> PowerSurrogate:
         """A surrogate saved before it was a CostModel (``surrogate.json`` with name, power_cap, joint)."""
         path = Path(path)
         meta = json.loads((path / "surrogate.json").read_text())
@@ -180,20 +192,22 @@ def spec_only(model: PowerSurrogate, registry, hardware: list[str], q: dict[str,
     half-widths ``q[column]``. No labels exist for them: a demonstration that the specs move the predictions."""
     from features.tabular import PowerFeaturizer
 
-    shapes = [dict(op="matmul", m=4096, n=4096, k=4096, dtype="float16"),
-              dict(op="matmul", m=1024, n=1024, k=1024, dtype="float32"),
-              dict(op="add", m=8192, n=8192, dtype="float16"),
-              dict(op="layernorm", m=4096, n=4096, dtype="bfloat16")]
+    shapes = [
+        dict(op="matmul", m=4096, n=4096, k=4096, dtype="float16"),
+        dict(op="matmul", m=1024, n=1024, k=1024, dtype="float32"),
+        dict(op="add", m=8192, n=8192, dtype="float16"),
+        dict(op="layernorm", m=4096, n=4096, dtype="bfloat16"),
+    ]
     frame = pd.DataFrame([{**s, "hardware": h} for h in hardware for s in shapes])
     pred = model.predict(PowerFeaturizer(registry).transform(frame))
     pred["bounded"] = model.last_bounded  # predictions the [idle, cap x TDP] bound changed (whole table)
     for t in (*TARGETS, DERIVED):
         pred[f"{t}_lo"], pred[f"{t}_hi"] = pred[t] * np.exp(-q[t]), pred[t] * np.exp(q[t])
     specs = [registry.get(h) for h in frame["hardware"]]
-    return pd.concat([frame[["hardware", "op", "dtype"]].assign(shape=[_shape(s) for s in shapes] * len(hardware)),
-                      pred], axis=1).assign(idle_w=[s.idle_power_w for s in specs], tdp_w=[s.tdp_w for s in specs])
+    return pd.concat(
+        [frame[["hardware", "op", "dtype"]].assign(shape=[_shape(s) for s in shapes] * len(hardware)), pred], axis=1
+    ).assign(idle_w=[s.idle_power_w for s in specs], tdp_w=[s.tdp_w for s in specs])
 
 
 def _shape(s: dict) -> str:
     return "x".join(str(s[k]) for k in ("m", "n", "k") if k in s)
-

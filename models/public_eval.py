@@ -38,6 +38,7 @@ one metric-key scheme ``<split>/<scope>/<metric>`` (a multi-target record names 
   ``in_domain`` and ``covered`` (90% interval). The check's table is written to
   ``<out_dir>/public_eval/<ds.table or extrapolation_<check>>.md`` and the goal's verdict printed.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,25 +50,57 @@ import pandas as pd
 from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from data.hardware import HardwareRegistry
-from data.workloads import SHAPE_PARAMS, family as op_family
+from data.workloads import SHAPE_PARAMS
+from data.workloads import family as op_family
 from features.fpga import hls4ml_features
-from features.public_data import DESCRIBE, config_frame, fpga_features, spec_features
+from features.public_data import config_frame, fpga_features, spec_features
 from models.classify import FeasibilityClassifier
 from models.conformal import fit_calibrated
-from models.evaluate import (few_shot_scaled_error, oracle_scaled_error, ranking_metrics, regression_metrics,
-                             resource_metrics, smape, within_group_kendall)
-from models.splits import (few_shot_transfer, held_out_groups, held_out_layer_shapes, held_out_precision,
-                           held_out_shapes, leave_one_group_out)
+from models.evaluate import (
+    few_shot_scaled_error,
+    oracle_scaled_error,
+    ranking_metrics,
+    regression_metrics,
+    resource_metrics,
+    smape,
+    within_group_kendall,
+)
+from models.splits import (
+    few_shot_transfer,
+    held_out_groups,
+    held_out_layer_shapes,
+    held_out_precision,
+    held_out_shapes,
+    leave_one_group_out,
+)
 
 FPGA_TARGETS = ("lut", "ff", "dsp", "bram_18k", "latency_cycles")
 
 
-def record(split: str, model: str, metrics: dict, rows: pd.DataFrame, y, pred, seconds: float, extra=None,
-           kind: str = "runtime") -> dict:
+def record(
+    split: str,
+    model: str,
+    metrics: dict,
+    rows: pd.DataFrame,
+    y,
+    pred,
+    seconds: float,
+    extra=None,
+    kind: str = "runtime",
+) -> dict:
     """One (split, model) result: ``metrics[scope][metric]``, the scored ``rows`` with truth ``y`` and ``pred``,
     ``kind`` (runtime | resource | classify: how it is plotted), ``extra`` tables to keep beside it."""
-    return {"split": split, "model": model, "metrics": metrics, "rows": rows, "y": y, "pred": pred,
-            "seconds": seconds, "extra": extra or {}, "kind": kind}
+    return {
+        "split": split,
+        "model": model,
+        "metrics": metrics,
+        "rows": rows,
+        "y": y,
+        "pred": pred,
+        "seconds": seconds,
+        "extra": extra or {},
+        "kind": kind,
+    }
 
 
 # --- NeuSight ---------------------------------------------------------------------------------------------
@@ -83,9 +116,11 @@ def _neusight_metrics(ok: pd.DataFrame, y, pred, oracle: bool = False) -> dict:
     hardware = ok["hardware"].to_numpy()
     groups = ok["op"].to_numpy() + "@" + hardware
     family = np.array([op_family(op) for op in ok["op"]])
-    scopes = ([("all", np.ones(len(ok), bool))]
-              + [(h, hardware == h) for h in sorted(set(hardware))]
-              + [(f"family:{f}", family == f) for f in sorted(set(family))])
+    scopes = (
+        [("all", np.ones(len(ok), bool))]
+        + [(h, hardware == h) for h in sorted(set(hardware))]
+        + [(f"family:{f}", family == f) for f in sorted(set(family))]
+    )
     out = {}
     for scope, mask in scopes:
         m = regression_metrics(y[mask], pred[mask])
@@ -93,11 +128,16 @@ def _neusight_metrics(ok: pd.DataFrame, y, pred, oracle: bool = False) -> dict:
         m["group_kendall_tau"] = within_group_kendall(groups[mask], y[mask], pred[mask])
         if oracle and (scope == "all" or scope.startswith("family:")):
             for key, g in [("gpu", hardware), ("op_gpu", groups)]:
-                m.update({f"oracle_{key}_scale_{k}": v
-                          for k, v in oracle_scaled_error(g[mask], y[mask], pred[mask]).items()})
+                m.update(
+                    {f"oracle_{key}_scale_{k}": v for k, v in oracle_scaled_error(g[mask], y[mask], pred[mask]).items()}
+                )
             for shots in FEW_SHOTS:  # k measured rows of the new GPU fix its factor; scored on its other rows
-                m.update({f"few_shot_{shots}_{k}": v for k, v in few_shot_scaled_error(
-                    hardware[mask], y[mask], pred[mask], shots).items()})
+                m.update(
+                    {
+                        f"few_shot_{shots}_{k}": v
+                        for k, v in few_shot_scaled_error(hardware[mask], y[mask], pred[mask], shots).items()
+                    }
+                )
         out[scope] = m
     return out
 
@@ -109,7 +149,9 @@ def evaluate_neusight(ds, seed: int, rows, registry, models: dict, out_dir) -> l
     if ds.sample_rows and len(ok) > ds.sample_rows:
         ok = ok.sample(n=int(ds.sample_rows), random_state=seed)
     ok = ok.reset_index(drop=True)
-    print(f"neusight: {len(ok)} of {n_all} ok rows (sample_rows={ds.sample_rows}), GPUs {sorted(ok['hardware'].unique())}")
+    print(
+        f"neusight: {len(ok)} of {n_all} ok rows (sample_rows={ds.sample_rows}), GPUs {sorted(ok['hardware'].unique())}"
+    )
     X = spec_features(ok, registry)
     y = ok["runtime_ms"].to_numpy(float)
     results = []
@@ -121,14 +163,26 @@ def evaluate_neusight(ds, seed: int, rows, registry, models: dict, out_dir) -> l
         for _, tr, te in leave_one_group_out(ok, "hardware"):
             pred[te] = make().fit(X.iloc[tr], y[tr]).predict(X.iloc[te])
         # oracle=True: the anatomy of the unseen-GPU error (what one perfect factor per GPU would leave)
-        results.append(record("leave_one_gpu_out", name, _neusight_metrics(ok, y, pred, oracle=True), ok, y, pred,
-                            time.perf_counter() - t0))
+        results.append(
+            record(
+                "leave_one_gpu_out",
+                name,
+                _neusight_metrics(ok, y, pred, oracle=True),
+                ok,
+                y,
+                pred,
+                time.perf_counter() - t0,
+            )
+        )
         # held-out shapes: whole (op, shape) configurations held out on every GPU at once
         t0 = time.perf_counter()
         p = make().fit(X.iloc[tr_s], y[tr_s]).predict(X.iloc[te_s])
         sub = ok.iloc[te_s].reset_index(drop=True)
-        results.append(record("held_out_shapes", name, _neusight_metrics(sub, y[te_s], p), sub, y[te_s], p,
-                            time.perf_counter() - t0))
+        results.append(
+            record(
+                "held_out_shapes", name, _neusight_metrics(sub, y[te_s], p), sub, y[te_s], p, time.perf_counter() - t0
+            )
+        )
     # spec-only GPUs: no rows exist, so these are predictions without labels
     spec_only = [registry.resolve(h) for h in ds.spec_only]
     shapes = ok.drop_duplicates("shape_id")[["op", "dtype", *SHAPE_PARAMS, "shape_id"]]
@@ -149,14 +203,15 @@ def evaluate_neusight(ds, seed: int, rows, registry, models: dict, out_dir) -> l
     for h in spec_only:
         g = grid[grid["hardware"] == h].set_index("shape_id")
         for name in models:
-            ratio[f"{h}/{name}"] = float(np.median(g[f"pred_runtime_ms_{name}"] / base.loc[g.index, f"pred_runtime_ms_{name}"]))
+            ratio[f"{h}/{name}"] = float(
+                np.median(g[f"pred_runtime_ms_{name}"] / base.loc[g.index, f"pred_runtime_ms_{name}"])
+            )
     print(f"spec-only GPUs {spec_only}: {len(grid)} predictions (no labels exist) -> {out_csv}")
-    print("  median predicted runtime relative to " + ref + ": "
-          + ", ".join(f"{k} {v:.2f}" for k, v in ratio.items()))
-    results.append({"dataset": "neusight", "split": "spec_only", "model": "*", "spec_only_ratio": ratio,
-                    "path": str(out_csv)})
+    print("  median predicted runtime relative to " + ref + ": " + ", ".join(f"{k} {v:.2f}" for k, v in ratio.items()))
+    results.append(
+        {"dataset": "neusight", "split": "spec_only", "model": "*", "spec_only_ratio": ratio, "path": str(out_csv)}
+    )
     return results
-
 
 
 def evaluate_kerneltuner(ds, seed: int, rows, registry, models: dict, out_dir=None) -> list[dict]:
@@ -164,15 +219,26 @@ def evaluate_kerneltuner(ds, seed: int, rows, registry, models: dict, out_dir=No
     ok = rows[rows["status"] == "ok"]
     print(f"kerneltuner: {len(ok)} ok configs, {int((rows['status'] == 'error').sum())} failed (dropped)")
     if ds.sample_per_hardware:
-        keep = [g.sample(n=min(len(g), int(ds.sample_per_hardware)), random_state=seed).index
-                for _, g in ok.groupby("hardware")]
+        keep = [
+            g.sample(n=min(len(g), int(ds.sample_per_hardware)), random_state=seed).index
+            for _, g in ok.groupby("hardware")
+        ]
         ok = ok.loc[np.sort(np.concatenate(keep))]
     ok = ok.reset_index(drop=True)
     meta = pd.DataFrame([json.loads(m) for m in ok["meta"]])
-    noise = (pd.DataFrame({"hardware": ok["hardware"], "op": ok["op"], "cv": meta["runtime_cv"].astype(float),
-                           "iqr_rel": ok["runtime_iqr_ms"] / ok["runtime_ms"]})
-             .groupby(["op", "hardware"]).agg(configs=("cv", "size"), median_cv=("cv", "median"),
-                                               median_iqr_rel=("iqr_rel", "median")).reset_index())
+    noise = (
+        pd.DataFrame(
+            {
+                "hardware": ok["hardware"],
+                "op": ok["op"],
+                "cv": meta["runtime_cv"].astype(float),
+                "iqr_rel": ok["runtime_iqr_ms"] / ok["runtime_ms"],
+            }
+        )
+        .groupby(["op", "hardware"])
+        .agg(configs=("cv", "size"), median_cv=("cv", "median"), median_iqr_rel=("iqr_rel", "median"))
+        .reset_index()
+    )
     print("noise floor from the 32 repeats (median over configs):")
     print(noise.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     hw_cols = [c for c in spec_features(ok.head(1), registry).columns if c.startswith("hw_") or c.startswith("op_")]
@@ -180,8 +246,10 @@ def evaluate_kerneltuner(ds, seed: int, rows, registry, models: dict, out_dir=No
     y = ok["runtime_ms"].to_numpy(float)
     results = []
     if "roofline" in models:
-        print("roofline: not applicable to ranking configs (every config of a kernel has the same FLOPs and bytes, "
-              "so it predicts one runtime per GPU): skipped")
+        print(
+            "roofline: not applicable to ranking configs (every config of a kernel has the same FLOPs and bytes, "
+            "so it predicts one runtime per GPU): skipped"
+        )
     gpus = sorted(ok["hardware"].unique())
     kernel_of = ok.groupby("hardware")["op"].first().to_dict()
 
@@ -219,14 +287,23 @@ def evaluate_kerneltuner(ds, seed: int, rows, registry, models: dict, out_dir=No
             for key in ["kendall_tau", *(f"top{k}_slowdown" for k in ds.topk)]:
                 metrics["all"][f"mean_gpu_{key}"] = float(np.mean([m[key] for m in per]))
             sub = ok[done].reset_index(drop=True)
-            results.append(record(split, name, metrics, sub, y[done], pred[done], time.perf_counter() - t0,
-                                extra={"noise_floor.csv": noise}))
+            results.append(
+                record(
+                    split,
+                    name,
+                    metrics,
+                    sub,
+                    y[done],
+                    pred[done],
+                    time.perf_counter() - t0,
+                    extra={"noise_floor.csv": noise},
+                )
+            )
     return results
 
 
-
-
 # --- wa-hls4ml --------------------------------------------------------------------------------------------
+
 
 def fpga_bounds(registry: HardwareRegistry, part: str, targets=FPGA_TARGETS) -> tuple[list[float], list[float]]:
     """Per-target [lower, upper]: [0, the part's total] for a resource it lists (LUT, FF, DSP, BRAM_18K), [0, inf)
@@ -257,22 +334,43 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, out_dir=None
         raise ValueError(f"model_features: unknown feature set(s) {', '.join(unknown)} (known: fpga, hls4ml)")
     ok_mask = (rows["status"] == "ok").to_numpy()
     groups = layer_shape_groups(rows)
-    print(f"wa_hls4ml: {len(rows)} rows, {ok_mask.sum()} synthesised; one multi-target model for {targets} "
-          f"({dict(zip(targets, transforms))}), bounded to [0, {ds.part} totals {dict(zip(targets, upper))}]; "
-          f"{level:.0%} intervals calibrated on {ds.interval.calibration_size:.0%} of the training layer shapes")
-    splits = {"held_out_layer_shapes": held_out_layer_shapes(rows, ds.test_size, seed),
-              "held_out_precision": held_out_precision(rows, ds.train_max_bits, tuple(ds.test_bits))}
+    print(
+        f"wa_hls4ml: {len(rows)} rows, {ok_mask.sum()} synthesised; one multi-target model for {targets} "
+        f"({dict(zip(targets, transforms))}), bounded to [0, {ds.part} totals {dict(zip(targets, upper))}]; "
+        f"{level:.0%} intervals calibrated on {ds.interval.calibration_size:.0%} of the training layer shapes"
+    )
+    splits = {
+        "held_out_layer_shapes": held_out_layer_shapes(rows, ds.test_size, seed),
+        "held_out_precision": held_out_precision(rows, ds.train_max_bits, tuple(ds.test_bits)),
+    }
     Y = rows[targets].to_numpy(float)
     results = []
     for split, (tr, te) in splits.items():
         # feasibility on every row (failed syntheses included)
-        clf = FeasibilityClassifier(n_estimators=int(ds.feasibility_trees), random_state=seed).fit(X_all.iloc[tr], ok_mask[tr])
+        clf = FeasibilityClassifier(n_estimators=int(ds.feasibility_trees), random_state=seed).fit(
+            X_all.iloc[tr], ok_mask[tr]
+        )
         p_ok = clf.predict(X_all.iloc[te])
-        fm = {"all": {"n": float(len(te)), "accuracy": float(accuracy_score(ok_mask[te], p_ok)),
-                      "balanced_accuracy": float(balanced_accuracy_score(ok_mask[te], p_ok)),
-                      "test_ok_fraction": float(ok_mask[te].mean())}}
-        results.append(record(split, "feasibility_rf", fm, rows.iloc[te].reset_index(drop=True),
-                            ok_mask[te].astype(float), p_ok.astype(float), 0.0, kind="classify"))
+        fm = {
+            "all": {
+                "n": float(len(te)),
+                "accuracy": float(accuracy_score(ok_mask[te], p_ok)),
+                "balanced_accuracy": float(balanced_accuracy_score(ok_mask[te], p_ok)),
+                "test_ok_fraction": float(ok_mask[te].mean()),
+            }
+        }
+        results.append(
+            record(
+                split,
+                "feasibility_rf",
+                fm,
+                rows.iloc[te].reset_index(drop=True),
+                ok_mask[te].astype(float),
+                p_ok.astype(float),
+                0.0,
+                kind="classify",
+            )
+        )
         tr_ok, te_ok = tr[ok_mask[tr]], te[ok_mask[te]]
         for name, make in models.items():
             if name == "roofline":
@@ -281,30 +379,53 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, out_dir=None
             t0 = time.perf_counter()
             X = feature_sets[model_features.get(name, "fpga")]
             model = make(targets=targets, transform=transforms, lower=lower, upper=upper)
-            cal = fit_calibrated(model, X.iloc[tr_ok], Y[tr_ok], groups[tr_ok], float(ds.interval.calibration_size),
-                                 level, seed)
+            cal = fit_calibrated(
+                model, X.iloc[tr_ok], Y[tr_ok], groups[tr_ok], float(ds.interval.calibration_size), level, seed
+            )
             P, lo, hi = cal.predict_interval(X.iloc[te_ok])
             cover = cal.coverage(X.iloc[te_ok], Y[te_ok])
             per_target, frames = {}, []
             for j, t in enumerate(targets):
                 y, nz = Y[te_ok, j], Y[te_ok, j] > 0
-                per_target[t] = resource_metrics(y, P[:, j]) | {"coverage90": float(cover[j]),
-                                                                "halfwidth": float(cal.q[j])}
+                per_target[t] = resource_metrics(y, P[:, j]) | {
+                    "coverage90": float(cover[j]),
+                    "halfwidth": float(cal.q[j]),
+                }
                 if t in ("dsp", "bram_18k"):  # zero-heavy: SMAPE without the zero-truth rows, zero / non-zero accuracy
-                    per_target[t] |= {"smape_nonzero": smape(y[nz], P[nz, j]) if nz.any() else None,
-                                      "zero_accuracy": float(np.mean(nz == (P[:, j] > 0.5)))}
-                frames.append(pd.DataFrame({"target": t, "y": Y[te_ok, j], "pred": P[:, j], "lo": lo[:, j], "hi": hi[:, j]}))
+                    per_target[t] |= {
+                        "smape_nonzero": smape(y[nz], P[nz, j]) if nz.any() else None,
+                        "zero_accuracy": float(np.mean(nz == (P[:, j] > 0.5))),
+                    }
+                frames.append(
+                    pd.DataFrame({"target": t, "y": Y[te_ok, j], "pred": P[:, j], "lo": lo[:, j], "hi": hi[:, j]})
+                )
             frame = pd.concat(frames, ignore_index=True)
-            metrics = {"all": {"n": float(len(te_ok)), "n_calibration": float(cal.n_calibration),
-                               "mean_smape": float(np.mean([per_target[t]["smape"] for t in targets])),
-                               "mean_coverage90": float(np.mean(cover)),
-                               **{f"{t}.{k}": v for t, m in per_target.items() for k, v in m.items()}}}
-            results.append(record(split, name, metrics, frame.rename(columns={"target": "group"}), None, None,
-                                time.perf_counter() - t0, kind="resource"))
+            metrics = {
+                "all": {
+                    "n": float(len(te_ok)),
+                    "n_calibration": float(cal.n_calibration),
+                    "mean_smape": float(np.mean([per_target[t]["smape"] for t in targets])),
+                    "mean_coverage90": float(np.mean(cover)),
+                    **{f"{t}.{k}": v for t, m in per_target.items() for k, v in m.items()},
+                }
+            }
+            results.append(
+                record(
+                    split,
+                    name,
+                    metrics,
+                    frame.rename(columns={"target": "group"}),
+                    None,
+                    None,
+                    time.perf_counter() - t0,
+                    kind="resource",
+                )
+            )
     return results
 
 
 # --- extrapolation checks (a)-(f) on the shipped pack ------------------------------------------------------
+
 
 def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir) -> list[dict]:
     """One extrapolation check (module docstring) for every model on the same rows and folds."""
@@ -315,18 +436,36 @@ def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir)
     check = str(ds.check)
     if check not in CHECKS:
         raise ValueError(f"unknown extrapolation check {check!r} (one of {', '.join(CHECKS)})")
-    ok = select(rows[rows["status"] == "ok"].reset_index(drop=True), sources=list(ds.sources),
-                cap=dict(ds.get("cap") or {}), seed=seed)
-    frames = {"physics": PhysicsFeaturizer(registry).transform(ok).reset_index(drop=True),
-              "tabular": spec_features(ok, registry).reset_index(drop=True)}
-    print(f"extrapolation ({check}) {NAMES[check]}: {len(ok)} rows ("
-          + ", ".join(f"{h} {n}" for h, n in ok["hardware"].value_counts().sort_index().items())
-          + f"); sources {', '.join(ds.sources)}; cap {dict(ds.get('cap') or {})}; goal {GOALS[check]}")
-    candidates = [Candidate(name, make, "physics" if name.startswith("physics") else "tabular")
-                  for name, make in models.items()]
+    ok = select(
+        rows[rows["status"] == "ok"].reset_index(drop=True),
+        sources=list(ds.sources),
+        cap=dict(ds.get("cap") or {}),
+        seed=seed,
+    )
+    frames = {
+        "physics": PhysicsFeaturizer(registry).transform(ok).reset_index(drop=True),
+        "tabular": spec_features(ok, registry).reset_index(drop=True),
+    }
+    print(
+        f"extrapolation ({check}) {NAMES[check]}: {len(ok)} rows ("
+        + ", ".join(f"{h} {n}" for h, n in ok["hardware"].value_counts().sort_index().items())
+        + f"); sources {', '.join(ds.sources)}; cap {dict(ds.get('cap') or {})}; goal {GOALS[check]}"
+    )
+    candidates = [
+        Candidate(name, make, "physics" if name.startswith("physics") else "tabular") for name, make in models.items()
+    ]
     fold_kwargs = dict(ds.get("fold_kwargs") or {})
-    results = run_check(check, ok, frames, candidates, registry, draws=int(ds.get("draws", 3)), seed=seed,
-                        fold_kwargs=fold_kwargs, keep_predictions=True)
+    results = run_check(
+        check,
+        ok,
+        frames,
+        candidates,
+        registry,
+        draws=int(ds.get("draws", 3)),
+        seed=seed,
+        fold_kwargs=fold_kwargs,
+        keep_predictions=True,
+    )
     y = ok["runtime_ms"].to_numpy(float)
     records = []
     for r in results:
@@ -338,8 +477,7 @@ def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir)
             metrics["all"] = {**metrics["all"], "goal_met": float(v[0])}
         sub = ok.iloc[r["index"]].reset_index(drop=True)
         name = r["model"] + (f"_k{r['k']}" if r["k"] is not None else "")
-        records.append(record(f"{check}_{NAMES[check]}", name, metrics, sub, y[r["index"]], r["pred"],
-                              r["seconds"]))
+        records.append(record(f"{check}_{NAMES[check]}", name, metrics, sub, y[r["index"]], r["pred"], r["seconds"]))
     table = Path(out_dir).resolve() / "public_eval" / f"{ds.get('table') or f'extrapolation_{check}'}.md"
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(markdown(results) + "\n")
@@ -348,4 +486,9 @@ def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir)
     return records
 
 
-PROTOCOLS = {"neusight": evaluate_neusight, "extrapolation": evaluate_extrapolation, "kerneltuner": evaluate_kerneltuner, "wa_hls4ml": evaluate_wa_hls4ml}
+PROTOCOLS = {
+    "neusight": evaluate_neusight,
+    "extrapolation": evaluate_extrapolation,
+    "kerneltuner": evaluate_kerneltuner,
+    "wa_hls4ml": evaluate_wa_hls4ml,
+}

@@ -41,12 +41,14 @@ row: a scoring server answers those with HTTP 400 (``costmodel serve`` with that
 prints it, the Python API raises it as a ``ValueError``.
 
 A kernel model's signature declares the outputs only. The inputs are checked by the encoder, the one validation
-boundary of every entry (CLI, Python, REST, MLIR rows): MLflow's per-column input check would refuse an int64 shape column for a
+boundary of every entry (CLI, Python, REST, MLIR rows): MLflow's per-column input check would refuse an int64 shape
+column for a
 ``double`` column (or a float64 one, NaN where an op lacks the parameter, for ``long``), check ``Any`` columns cell by
 cell (most of the time of a large batch), answer an empty hardware column with its own message ("Can not safely
 convert float64 to <U0") and drop undeclared columns silently. Which columns a row takes is the module docstring's
 and the logged input example's.
 """
+
 from __future__ import annotations
 
 import json
@@ -89,10 +91,13 @@ def signature(meta: dict) -> ModelSignature:
     them: see the module docstring)."""
     inputs = None
     if meta["unit"] == "network":
-        inputs = Schema([ColSpec("string", "mlir"), ColSpec("string", "hardware"),
-                         ColSpec("string", "dtype", required=False)])
-    outputs = Schema([ColSpec("double", c) for c in output_columns(meta["target"])]
-                     + ([ColSpec(t, c) for c, t in DOMAIN_COLUMNS.items()] if meta.get("domain") else []))
+        inputs = Schema(
+            [ColSpec("string", "mlir"), ColSpec("string", "hardware"), ColSpec("string", "dtype", required=False)]
+        )
+    outputs = Schema(
+        [ColSpec("double", c) for c in output_columns(meta["target"])]
+        + ([ColSpec(t, c) for c, t in DOMAIN_COLUMNS.items()] if meta.get("domain") else [])
+    )
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 
@@ -116,8 +121,10 @@ def to_workloads(model_input) -> tuple[pd.DataFrame, np.ndarray]:
         if isinstance(text, (bytes, bytearray)) or isinstance(text, str) and text.strip():
             kernels = workloads_from_mlir(mlir_text(text, where=f"row {i}"), where=f"row {i}")
             if kernels.empty:
-                raise FeatureError(f"row {i}: no kernel recognised in the MLIR (matmul, batch_matmul, "
-                                   "conv_2d_nchw_fchw, elementwise generic)")
+                raise FeatureError(
+                    f"row {i}: no kernel recognised in the MLIR (matmul, batch_matmul, "
+                    "conv_2d_nchw_fchw, elementwise generic)"
+                )
             kernels = kernels.drop(columns=["mlir_op", "node"]).assign(hardware=row["hardware"])
             frames.append(kernels.astype({c: float for c in SHAPE_PARAMS}).assign(_row=i))
         elif isinstance(row.get("op"), str):
@@ -189,8 +196,9 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
         except FeatureError as exc:
             raise input_error(str(exc)) from None
         domain = self.model.predict_domain(X) if meta.get("domain") else None  # interval widened outside
-        pred = (np.asarray(self.model.predict(X) if domain is None else domain["runtime_ms"], dtype=np.float64)
-                .reshape(len(rows), -1))  # the signature's double
+        pred = np.asarray(self.model.predict(X) if domain is None else domain["runtime_ms"], dtype=np.float64).reshape(
+            len(rows), -1
+        )  # the signature's double
         out = pd.DataFrame(index=range(len(rows)))
         codes, ids = pd.factorize(np.asarray(hardware, dtype=object))
         for j, col in enumerate(target["columns"]):
@@ -199,8 +207,9 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
                 lo, hi = domain["lo_ms"].to_numpy(float), domain["hi_ms"].to_numpy(float)
             else:
                 q = halfwidths(ids, spec["log_halfwidth"], spec.get("by_hardware", {}))[codes]  # per distinct hardware
-                lo, hi = bounded_interval(pred[:, j], q, spec.get("transform", "log"), spec.get("lower"),
-                                          spec.get("upper"))
+                lo, hi = bounded_interval(
+                    pred[:, j], q, spec.get("transform", "log"), spec.get("lower"), spec.get("upper")
+                )
             out[col], out[f"{col}_lo"], out[f"{col}_hi"] = pred[:, j], lo, hi
         if len(set(rows)) < len(rows):  # MLIR rows: their kernels combine into one row each
             out = combine(out, rows, {c: target["combine"][c] for c in target["columns"]})
@@ -219,7 +228,6 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
             for c, v in totals.items():
                 out[f"network_{c}"] = v
         return out[output_columns(target) + (list(DOMAIN_COLUMNS) if domain is not None else [])]
-
 
     def _hardware_ids(self, names: pd.Series) -> np.ndarray:
         """The registry id of each row's hardware name, resolved once per distinct name."""
@@ -248,23 +256,50 @@ def upgrade_meta(meta: dict) -> dict:
         return meta
     if "targets" in meta:  # the power surrogate: runtime and power predicted, energy derived
         cols = ["runtime_ms", "power_w", "energy_j"]
-        return {"model": meta.get("model"), "unit": "kernel", "level": meta["level"], "intervals": meta["intervals"],
-                "encoder": {"_target_": "features.tabular.PowerFeaturizer"},
-                "target": {"name": "power", "columns": cols, "network_totals": True,
-                           "combine": {"runtime_ms": "sum", "power_w": "time_weighted", "energy_j": "sum"}}}
+        return {
+            "model": meta.get("model"),
+            "unit": "kernel",
+            "level": meta["level"],
+            "intervals": meta["intervals"],
+            "encoder": {"_target_": "features.tabular.PowerFeaturizer"},
+            "target": {
+                "name": "power",
+                "columns": cols,
+                "network_totals": True,
+                "combine": {"runtime_ms": "sum", "power_w": "time_weighted", "energy_j": "sum"},
+            },
+        }
     target, encoding = meta["target"], meta.get("encoder")
-    encoder = {"graph": {"_target_": "features.encoders.GraphEncoder", **(meta.get("graph") or {})},
-               "tokens": {"_target_": "features.encoders.TokenEncoder"}}.get(
-        encoding, {"_target_": "features.tabular.TabularFeaturizer"})
-    return {"model": meta.get("model"), "unit": "network" if encoding else "kernel", "encoder": encoder,
-            "level": meta["interval"]["level"], "intervals": {target: meta["interval"]},
-            "target": {"name": target, "columns": [target],
-                       "combine": {target: "max" if target == "peak_mem_bytes" else "sum"}},
-            **({"trained_hardware": meta["trained_hardware"]} if meta.get("trained_hardware") else {})}
+    encoder = {
+        "graph": {"_target_": "features.encoders.GraphEncoder", **(meta.get("graph") or {})},
+        "tokens": {"_target_": "features.encoders.TokenEncoder"},
+    }.get(encoding, {"_target_": "features.tabular.TabularFeaturizer"})
+    return {
+        "model": meta.get("model"),
+        "unit": "network" if encoding else "kernel",
+        "encoder": encoder,
+        "level": meta["interval"]["level"],
+        "intervals": {target: meta["interval"]},
+        "target": {
+            "name": target,
+            "columns": [target],
+            "combine": {target: "max" if target == "peak_mem_bytes" else "sum"},
+        },
+        **({"trained_hardware": meta["trained_hardware"]} if meta.get("trained_hardware") else {}),
+    }
 
 
-def make_meta(*, model: str, target: dict, encoder: dict, unit: str, intervals: dict[str, dict], level: float,
-              trained_hardware: list[str] | None = None, **extra) -> dict:
+def make_meta(
+    *,
+    model: str,
+    target: dict,
+    encoder: dict,
+    unit: str,
+    intervals: dict[str, dict],
+    level: float,
+    trained_hardware: list[str] | None = None,
+    **extra,
+) -> dict:
     """The served model's meta (see the module docstring); ``intervals[column]`` holds ``log_halfwidth``,
     ``by_hardware`` and the column's ``transform`` / ``lower`` / ``upper``."""
     for col in target["columns"]:
@@ -272,10 +307,16 @@ def make_meta(*, model: str, target: dict, encoder: dict, unit: str, intervals: 
             raise ValueError(f"no calibrated interval for output column {col!r}")
         if target["combine"].get(col) not in COMBINE:
             raise ValueError(f"target {target['name']}: combine rule of {col} must be one of {', '.join(COMBINE)}")
-    return {"model": model, "target": target, "encoder": encoder, "unit": unit, "level": level,
-            "intervals": {c: {"method": "split-conformal per hardware", "level": level, **v}
-                          for c, v in intervals.items()},
-            **({"trained_hardware": trained_hardware} if trained_hardware is not None else {}), **extra}
+    return {
+        "model": model,
+        "target": target,
+        "encoder": encoder,
+        "unit": unit,
+        "level": level,
+        "intervals": {c: {"method": "split-conformal per hardware", "level": level, **v} for c, v in intervals.items()},
+        **({"trained_hardware": trained_hardware} if trained_hardware is not None else {}),
+        **extra,
+    }
 
 
 def write_artifacts(directory: Path, model: CostModel, registry: HardwareRegistry, meta: dict) -> dict[str, str]:
@@ -285,8 +326,11 @@ def write_artifacts(directory: Path, model: CostModel, registry: HardwareRegistr
     model.save(directory / "model")
     (directory / "hardware.json").write_text(registry.to_json())
     (directory / "meta.json").write_text(json.dumps(meta))
-    return {"model": str(directory / "model"), "hardware": str(directory / "hardware.json"),
-            "meta": str(directory / "meta.json")}
+    return {
+        "model": str(directory / "model"),
+        "hardware": str(directory / "hardware.json"),
+        "meta": str(directory / "meta.json"),
+    }
 
 
 def code_paths(directory: Path) -> list[str]:

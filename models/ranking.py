@@ -18,6 +18,7 @@ positive feature column ``b`` (e.g. a prior's predicted relative runtime) enters
 only (their scale and offset are arbitrary), so use them to rank and pick (``models.evaluate.ranking_metrics``,
 ``topk_slowdown``), never as milliseconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,10 +36,19 @@ OBJECTIVES = {"pairwise": "rank:pairwise", "lambdamart": "rank:ndcg"}
 class RankingModel(CostModel):
     name = "xgb_rank"
 
-    def __init__(self, objective: str = "lambdamart", n_estimators: int = 300, learning_rate: float = 0.05,
-                 max_depth: int = 6, subsample: float = 0.8, colsample_bytree: float = 0.8,
-                 pairs_per_sample: int = 16, base_columns: str | None = None, random_state: int = 0,
-                 n_jobs: int = 1):
+    def __init__(
+        self,
+        objective: str = "lambdamart",
+        n_estimators: int = 300,
+        learning_rate: float = 0.05,
+        max_depth: int = 6,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.8,
+        pairs_per_sample: int = 16,
+        base_columns: str | None = None,
+        random_state: int = 0,
+        n_jobs: int = 1,
+    ):
         self.objective = objective
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -69,7 +79,7 @@ class RankingModel(CostModel):
             return np.floor(np.exp(rel) * 31 + 1e-9).astype(int)
         return rel
 
-    def fit(self, X: pd.DataFrame, y, groups=None) -> "RankingModel":
+    def fit(self, X: pd.DataFrame, y, groups=None) -> RankingModel:
         X, _ = check_xy(X)
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown ranking objective {self.objective!r} ({', '.join(OBJECTIVES)})")
@@ -83,13 +93,24 @@ class RankingModel(CostModel):
         Xo = X.iloc[order]
         margin = self._margin(Xo)
         self.model_ = xgb.XGBRanker(
-            objective=OBJECTIVES[self.objective], n_estimators=self.n_estimators, learning_rate=self.learning_rate,
-            max_depth=self.max_depth, subsample=self.subsample, colsample_bytree=self.colsample_bytree,
+            objective=OBJECTIVES[self.objective],
+            n_estimators=self.n_estimators,
+            learning_rate=self.learning_rate,
+            max_depth=self.max_depth,
+            subsample=self.subsample,
+            colsample_bytree=self.colsample_bytree,
             lambdarank_pair_method="topk" if self.objective == "lambdamart" else "mean",
-            lambdarank_num_pair_per_sample=self.pairs_per_sample, random_state=self.random_state,
-            n_jobs=self.n_jobs, tree_method="hist")
-        self.model_.fit(Xo[self.feature_names_].to_numpy(np.float32),
-                        self.labels(y[order], codes[order], self.objective), qid=codes[order], base_margin=margin)
+            lambdarank_num_pair_per_sample=self.pairs_per_sample,
+            random_state=self.random_state,
+            n_jobs=self.n_jobs,
+            tree_method="hist",
+        )
+        self.model_.fit(
+            Xo[self.feature_names_].to_numpy(np.float32),
+            self.labels(y[order], codes[order], self.objective),
+            qid=codes[order],
+            base_margin=margin,
+        )
         return self
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:

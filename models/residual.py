@@ -18,6 +18,7 @@ nest it (``conf/model/xgb_residual.yaml``).
 ``features.tabular.transfer_columns``: shape and dimensionless hardware-relative columns, no absolute spec
 numbers; ``conf/model/xgb_residual_transfer.yaml``, meant for predicting GPUs absent from training).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -62,7 +63,7 @@ class ResidualModel(CostModel):
             raise ValueError(f"ResidualModel: column {self.column!r} must be finite and > 0")
         return ref
 
-    def fit(self, X: pd.DataFrame, y: np.ndarray) -> "ResidualModel":
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> ResidualModel:
         X, y = check_xy(X, y)
         self.base_ = self._make_base().fit(self._inputs(X), y / self._reference(X))
         return self

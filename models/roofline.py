@@ -13,6 +13,7 @@
   (``data/backends/cpu.py``), which can fall below the bound only by output pages the allocator already had
   resident (small outputs reusing freed heap pages): sub-page to a few KiB.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,7 @@ class RooflineModel(CostModel):
     def __init__(self, column: str = "roofline_ms"):
         self.column = column
 
-    def fit(self, X: pd.DataFrame, y: np.ndarray) -> "RooflineModel":
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> RooflineModel:
         check_xy(X, y)
         if self.column not in X.columns:
             raise ValueError(f"roofline baseline: feature column {self.column!r} is not among the features")

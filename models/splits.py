@@ -21,6 +21,7 @@ Whole networks (``pipelines.networks``) are split by :func:`architecture_folds`:
 the two grouped families a seeded fraction of whole families / hardware ids (at least one); ``stratified_op``
 a seeded fraction of each op's rows (whole networks: each architecture family keeps rows on both sides).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -71,8 +72,13 @@ def stratified_op(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0) -> 
     return np.flatnonzero(~test), np.flatnonzero(test)
 
 
-SPLITS = {"held_out_shapes": held_out_shapes, "random": random_rows, "held_out_family": held_out_family,
-          "leave_one_hardware_out": held_out_hardware, "stratified_op": stratified_op}
+SPLITS = {
+    "held_out_shapes": held_out_shapes,
+    "random": random_rows,
+    "held_out_family": held_out_family,
+    "leave_one_hardware_out": held_out_hardware,
+    "stratified_op": stratified_op,
+}
 
 Folds = list[tuple[str, np.ndarray, np.ndarray]]
 
@@ -80,6 +86,7 @@ Folds = list[tuple[str, np.ndarray, np.ndarray]]
 def _one_fold(split):
     def folds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0, **_) -> Folds:
         return [("all", *split(rows, test_size, seed))]
+
     return folds
 
 
@@ -98,13 +105,18 @@ def shape_kfolds(rows: pd.DataFrame, test_size: float = 0.2, seed: int = 0, fold
     return [(str(i), tr, te) for i, (tr, te) in enumerate(grouped_kfold(rows, int(folds), seed))]
 
 
-FOLDS = {"random": _one_fold(random_rows), "held_out_shapes": _one_fold(held_out_shapes),
-         "held_out_family": family_folds, "leave_one_hardware_out": hardware_folds,
-         "held_out_shapes_kfold": shape_kfolds}
+FOLDS = {
+    "random": _one_fold(random_rows),
+    "held_out_shapes": _one_fold(held_out_shapes),
+    "held_out_family": family_folds,
+    "leave_one_hardware_out": hardware_folds,
+    "held_out_shapes_kfold": shape_kfolds,
+}
 
 
-def architecture_folds(rows: pd.DataFrame, held_out_architecture: bool = True, held_out_groups=None,
-                       deeper_than: int | None = None, **_) -> dict[str, Folds]:
+def architecture_folds(
+    rows: pd.DataFrame, held_out_architecture: bool = True, held_out_groups=None, deeper_than: int | None = None, **_
+) -> dict[str, Folds]:
     """Whole networks (``op`` = the architecture family, ``depth``): ``held_out_<family>`` (train on the other
     families, test on this one), ``held_out_<group>`` (several families at once, e.g. ``conv`` = cnn + resnet; a
     group equal to a single family's split is left out), ``deeper`` (train on depth <= ``deeper_than``)."""
@@ -145,6 +157,7 @@ def leave_one_family_out(rows: pd.DataFrame):
 # Each returns sorted positional index arrays; a group (GPU, configuration, layer shape, precision) is never on
 # both sides.
 
+
 def leave_one_group_out(rows: pd.DataFrame, column: str = "hardware"):
     """Yield ``(held_out_value, train, test)`` once per distinct value of ``column`` (e.g. leave-one-GPU-out)."""
     values = rows[column].to_numpy()
@@ -161,8 +174,11 @@ def held_out_groups(groups, test_size: float = 0.2, seed: int = 0) -> tuple[np.n
     groups = np.asarray(groups)
     if len(np.unique(groups)) < 2:
         raise ValueError("a grouped split needs at least two distinct groups")
-    train, test = next(GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
-                       .split(np.zeros(len(groups)), groups=groups))
+    train, test = next(
+        GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed).split(
+            np.zeros(len(groups)), groups=groups
+        )
+    )
     return np.sort(train), np.sort(test)
 
 
@@ -172,19 +188,28 @@ def held_out_layer_shapes(rows: pd.DataFrame, test_size: float = 0.2, seed: int 
     return held_out_groups(keys.to_numpy(), test_size, seed)
 
 
-def held_out_precision(rows: pd.DataFrame, train_max_bits: int = 10, test_bits=(12, 13, 14),
-                       column: str = "precision_bits"):
+def held_out_precision(
+    rows: pd.DataFrame, train_max_bits: int = 10, test_bits=(12, 13, 14), column: str = "precision_bits"
+):
     """Train on precisions <= ``train_max_bits``, test on ``test_bits`` (extrapolation in bit width)."""
     bits = rows[column].astype(int).to_numpy()
     train, test = np.flatnonzero(bits <= train_max_bits), np.flatnonzero(np.isin(bits, list(test_bits)))
     if len(train) == 0 or len(test) == 0:
-        raise ValueError(f"held_out_precision: {len(train)} train rows (<= {train_max_bits} bits), "
-                         f"{len(test)} test rows ({list(test_bits)} bits)")
+        raise ValueError(
+            f"held_out_precision: {len(train)} train rows (<= {train_max_bits} bits), "
+            f"{len(test)} test rows ({list(test_bits)} bits)"
+        )
     return train, test
 
 
-def few_shot_transfer(rows: pd.DataFrame, target, fraction: float = 0.1, seed: int = 0,
-                      hardware: str = "hardware", within: str | None = None):
+def few_shot_transfer(
+    rows: pd.DataFrame,
+    target,
+    fraction: float = 0.1,
+    seed: int = 0,
+    hardware: str = "hardware",
+    within: str | None = None,
+):
     """Transfer to ``target`` hardware given ``fraction`` of its rows.
 
     Returns ``(support, other, test)``: a seeded ``fraction`` of the target's rows (``support``), every row of the

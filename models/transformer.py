@@ -17,6 +17,7 @@ on the training networks): ``log runtime = log composed + B tanh(Linear(mean_t h
 zero to start (an untrained model IS the composition) and ``B`` = ``bound``; ``X`` then comes from
 ``features.composed.ComposedTokenEncoder`` (tokens + kernels).
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,7 @@ def _pad(seqs, max_len: int):
     T = max(len(s) for s in seqs)
     ids = torch.zeros((len(seqs), T), dtype=torch.long)  # <pad> = 0
     for i, s in enumerate(seqs):
-        ids[i, :len(s)] = s
+        ids[i, : len(s)] = s
     return ids
 
 
@@ -63,8 +64,9 @@ def _net(vocab: int, d_model: int, heads: int, layers: int, max_len: int):
             super().__init__()
             self.tok = nn.Embedding(vocab, d_model, padding_idx=0)
             self.pos = nn.Embedding(max_len, d_model)
-            layer = nn.TransformerEncoderLayer(d_model, heads, 2 * d_model, dropout=0.0, batch_first=True,
-                                               norm_first=True)
+            layer = nn.TransformerEncoderLayer(
+                d_model, heads, 2 * d_model, dropout=0.0, batch_first=True, norm_first=True
+            )
             self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
             self.out = nn.Linear(d_model, 1)
 
@@ -83,10 +85,22 @@ class TransformerModel(CostModel):
 
     name = "token_transformer"
 
-    def __init__(self, d_model: int = 64, heads: int = 4, layers: int = 2, max_len: int = 1024,
-                 epochs: int = 100, lr: float = 1e-3, batch_size: int = 16, vocab_size: int = 0, seed: int = 0,
-                 residual: bool = False, kernel_model: str | None = None, execution: str = "eager",
-                 bound: float = 0.5):
+    def __init__(
+        self,
+        d_model: int = 64,
+        heads: int = 4,
+        layers: int = 2,
+        max_len: int = 1024,
+        epochs: int = 100,
+        lr: float = 1e-3,
+        batch_size: int = 16,
+        vocab_size: int = 0,
+        seed: int = 0,
+        residual: bool = False,
+        kernel_model: str | None = None,
+        execution: str = "eager",
+        bound: float = 0.5,
+    ):
         self.d_model = d_model
         self.heads = heads
         self.layers = layers
@@ -125,7 +139,8 @@ class TransformerModel(CostModel):
             from models.gnn import kernel_items, load_kernel_model
 
             self.composer_ = NetworkComposer(load_kernel_model(self.kernel_model), self.execution).fit(
-                kernel_items(X), y)
+                kernel_items(X), y
+            )
             target = target - np.log(self._composed(X))
             with torch.no_grad():
                 net.out.weight.zero_(), net.out.bias.zero_()
@@ -167,7 +182,7 @@ class TransformerModel(CostModel):
         out = []
         with torch.no_grad():
             for i in range(0, len(seqs), 32):
-                out.append(self.net_(_pad(seqs[i:i + 32], self.max_len)).double().numpy())
+                out.append(self.net_(_pad(seqs[i : i + 32], self.max_len)).double().numpy())
         out = np.concatenate(out)
         if self.residual:
             return self._composed(X) * np.exp(self.bound * np.tanh(out / self.bound))
@@ -196,5 +211,6 @@ class TransformerModel(CostModel):
             from models.base import load_model
             from models.compose import NetworkComposer
 
-            self.composer_ = NetworkComposer.from_state(json.loads((path / "composer.json").read_text()),
-                                                        load_model(path / "kernel_model"))
+            self.composer_ = NetworkComposer.from_state(
+                json.loads((path / "composer.json").read_text()), load_model(path / "kernel_model")
+            )

@@ -21,6 +21,7 @@ Per target ``j`` (lists, one entry per target; a scalar applies to every target)
 * ``lower`` / ``upper``: predictions are clipped to [lower, upper] (physical ranges: never negative, never above
   the device's totals, e.g. the FPGA part's DSP count). None = unbounded.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,13 @@ ROWS_PER_PREDICT_THREAD = 50_000  # benchmarks/predict_throughput.py: fewer rows
 def predict_threads(rows: int, n_jobs: int | None) -> int:
     """Threads for predicting ``rows`` rows: one per ``ROWS_PER_PREDICT_THREAD`` rows, at most ``n_jobs`` (<= 0 or
     None: the CPUs this process may use, capped by ``OMP_NUM_THREADS`` when set)."""
-    cap = n_jobs if n_jobs and n_jobs > 0 else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+    cap = (
+        n_jobs
+        if n_jobs and n_jobs > 0
+        else len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
         else (os.cpu_count() or 1)
+    )
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         cap = min(cap, int(os.environ["OMP_NUM_THREADS"]) or cap)
     return max(1, min(cap, rows // ROWS_PER_PREDICT_THREAD))
@@ -71,8 +77,12 @@ class _LogTargetModel(CostModel):
 
     def _spec(self) -> tuple[list[str], list, list, list]:
         n = len(self.targets) if self._multi() else 1
-        return (per_target(self.transform, n, "transform"), per_target(self.base_columns, n, "base_columns"),
-                per_target(self.lower, n, "lower"), per_target(self.upper, n, "upper"))
+        return (
+            per_target(self.transform, n, "transform"),
+            per_target(self.base_columns, n, "base_columns"),
+            per_target(self.lower, n, "lower"),
+            per_target(self.upper, n, "upper"),
+        )
 
     def _matrix(self, X: pd.DataFrame) -> np.ndarray:
         missing = [c for c in self.feature_names_ if c not in X.columns]
@@ -122,9 +132,19 @@ class _LogTargetModel(CostModel):
 class RandomForestModel(_LogTargetModel):
     name = "rf"
 
-    def __init__(self, n_estimators: int = 300, max_features: float | str = 0.5, min_samples_leaf: int = 1,
-                 random_state: int = 0, n_jobs: int = -1, targets: list[str] | None = None,
-                 transform: str | list[str] = "log", lower=None, upper=None, base_columns=None):
+    def __init__(
+        self,
+        n_estimators: int = 300,
+        max_features: float | str = 0.5,
+        min_samples_leaf: int = 1,
+        random_state: int = 0,
+        n_jobs: int = -1,
+        targets: list[str] | None = None,
+        transform: str | list[str] = "log",
+        lower=None,
+        upper=None,
+        base_columns=None,
+    ):
         self.n_estimators = n_estimators
         self.max_features = max_features
         self.min_samples_leaf = min_samples_leaf
@@ -135,8 +155,12 @@ class RandomForestModel(_LogTargetModel):
 
     def _fit(self, X, y):
         self.model_ = RandomForestRegressor(
-            n_estimators=self.n_estimators, max_features=self.max_features,
-            min_samples_leaf=self.min_samples_leaf, random_state=self.random_state, n_jobs=self.n_jobs)
+            n_estimators=self.n_estimators,
+            max_features=self.max_features,
+            min_samples_leaf=self.min_samples_leaf,
+            random_state=self.random_state,
+            n_jobs=self.n_jobs,
+        )
         self.model_.fit(X, y)
 
     def _predict(self, X):
@@ -154,11 +178,23 @@ class RandomForestModel(_LogTargetModel):
 class XGBoostModel(_LogTargetModel):
     name = "xgb"
 
-    def __init__(self, n_estimators: int = 600, learning_rate: float = 0.05, max_depth: int = 8,
-                 subsample: float = 0.8, colsample_bytree: float = 0.8, min_child_weight: float = 1.0,
-                 random_state: int = 0, n_jobs: int = -1, targets: list[str] | None = None,
-                 transform: str | list[str] = "log", lower=None, upper=None, base_columns=None,
-                 multi_strategy: str = "one_output_per_tree"):
+    def __init__(
+        self,
+        n_estimators: int = 600,
+        learning_rate: float = 0.05,
+        max_depth: int = 8,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.8,
+        min_child_weight: float = 1.0,
+        random_state: int = 0,
+        n_jobs: int = -1,
+        targets: list[str] | None = None,
+        transform: str | list[str] = "log",
+        lower=None,
+        upper=None,
+        base_columns=None,
+        multi_strategy: str = "one_output_per_tree",
+    ):
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
@@ -173,10 +209,17 @@ class XGBoostModel(_LogTargetModel):
     def _fit(self, X, y):
         multi = {"multi_strategy": self.multi_strategy} if self._multi() else {}
         self.model_ = xgb.XGBRegressor(
-            n_estimators=self.n_estimators, learning_rate=self.learning_rate, max_depth=self.max_depth,
-            subsample=self.subsample, colsample_bytree=self.colsample_bytree,
-            min_child_weight=self.min_child_weight, random_state=self.random_state, n_jobs=self.n_jobs,
-            tree_method="hist", **multi)
+            n_estimators=self.n_estimators,
+            learning_rate=self.learning_rate,
+            max_depth=self.max_depth,
+            subsample=self.subsample,
+            colsample_bytree=self.colsample_bytree,
+            min_child_weight=self.min_child_weight,
+            random_state=self.random_state,
+            n_jobs=self.n_jobs,
+            tree_method="hist",
+            **multi,
+        )
         self.model_.fit(X, y)
 
     def _predict(self, X):

@@ -26,6 +26,7 @@ kernel on one GPU from schema rows (``data.importers.kerneltuner``) with the tun
 for the same configurations), and :func:`kernel_tuner_run` replays the same cache through Kernel Tuner's own
 strategies in its simulation mode (``kernel_tuner.tune_cache``), so the comparison uses their implementation.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -52,8 +53,16 @@ def default_model_factory(seed: int = 0, base_columns: str | None = None):
     """A small XGBoost regressor on log runtime (``models.tree.XGBoostModel``), one thread."""
     from models.tree import XGBoostModel
 
-    return XGBoostModel(n_estimators=200, learning_rate=0.1, max_depth=6, subsample=0.8, colsample_bytree=0.8,
-                        random_state=seed, n_jobs=1, base_columns=base_columns)
+    return XGBoostModel(
+        n_estimators=200,
+        learning_rate=0.1,
+        max_depth=6,
+        subsample=0.8,
+        colsample_bytree=0.8,
+        random_state=seed,
+        n_jobs=1,
+        base_columns=base_columns,
+    )
 
 
 def transfer_model_factory(seed: int = 0):
@@ -74,12 +83,23 @@ class BootstrapEnsemble:
     |log y - out-of-bag mean| / spread over the measured rows) divided by the normal quantile of ``level``.
     """
 
-    def __init__(self, model_factory: Callable = default_model_factory, n_models: int = 4, level: float = 0.9,
-                 floor: float = 0.005, seed: int = 0):
+    def __init__(
+        self,
+        model_factory: Callable = default_model_factory,
+        n_models: int = 4,
+        level: float = 0.9,
+        floor: float = 0.005,
+        seed: int = 0,
+    ):
         self.model_factory, self.n_models, self.level, self.floor, self.seed = (
-            model_factory, n_models, level, floor, seed)
+            model_factory,
+            n_models,
+            level,
+            floor,
+            seed,
+        )
 
-    def fit(self, X: pd.DataFrame, runtime_ms) -> "BootstrapEnsemble":
+    def fit(self, X: pd.DataFrame, runtime_ms) -> BootstrapEnsemble:
         y = np.asarray(runtime_ms, float)
         n = len(y)
         if n < 2:
@@ -138,6 +158,7 @@ class TuneResult:
     """Every measurement of a tuning run in order: ``step`` (1-based measurement count), ``batch``, ``index``
     (row of the space), ``runtime_ms`` (NaN = the configuration failed), ``predicted_ms`` (NaN where no model
     had been fitted yet), ``reason`` (random / prior / the strategy)."""
+
     history: pd.DataFrame
     strategy: str
     seed: int
@@ -166,9 +187,19 @@ def _pick(rng, candidates: np.ndarray, k: int) -> np.ndarray:
     return rng.choice(candidates, size=min(k, len(candidates)), replace=False)
 
 
-def tune(space: pd.DataFrame, measure: Callable[[np.ndarray], np.ndarray], budget: int, batch_size: int = 32,
-         strategy: str = "thompson", seed: int = 0, model_factory: Callable = default_model_factory,
-         prior=None, n_models: int = 4, level: float = 0.9, min_fit: int = 8) -> TuneResult:
+def tune(
+    space: pd.DataFrame,
+    measure: Callable[[np.ndarray], np.ndarray],
+    budget: int,
+    batch_size: int = 32,
+    strategy: str = "thompson",
+    seed: int = 0,
+    model_factory: Callable = default_model_factory,
+    prior=None,
+    n_models: int = 4,
+    level: float = 0.9,
+    min_fit: int = 8,
+) -> TuneResult:
     """Tune over ``space`` (one feature row per candidate) with at most ``budget`` calls' worth of measurements.
 
     ``measure(indices)`` gets positions into ``space`` and returns their runtimes in ms (NaN / inf / <= 0 = the
@@ -214,8 +245,9 @@ def tune(space: pd.DataFrame, measure: Callable[[np.ndarray], np.ndarray], budge
             if strategy == "greedy":
                 order = np.argsort(mean, kind="stable")[:k]
             elif strategy == "ei":
-                order = np.argsort(-expected_improvement(mean, sigma, np.log(np.nanmin(runtime[ok]))),
-                                   kind="stable")[:k]
+                order = np.argsort(-expected_improvement(mean, sigma, np.log(np.nanmin(runtime[ok]))), kind="stable")[
+                    :k
+                ]
             else:  # thompson: slot j takes the best not yet chosen of bootstrap member j mod n_models
                 chosen: list[int] = []
                 taken = np.zeros(len(free), bool)
@@ -232,8 +264,9 @@ def tune(space: pd.DataFrame, measure: Callable[[np.ndarray], np.ndarray], budge
             raise ValueError(f"measure returned {len(y)} runtimes for {len(idx)} configurations")
         y = np.where(np.isfinite(y) & (y > 0), y, np.nan)
         measured[idx], runtime[idx] = True, y
-        records.append(pd.DataFrame({"batch": batch, "index": idx, "runtime_ms": y, "predicted_ms": pred,
-                                     "reason": reason}))
+        records.append(
+            pd.DataFrame({"batch": batch, "index": idx, "runtime_ms": y, "predicted_ms": pred, "reason": reason})
+        )
         batch += 1
     history = pd.concat(records, ignore_index=True)
     history.insert(0, "step", np.arange(1, len(history) + 1))
@@ -242,8 +275,13 @@ def tune(space: pd.DataFrame, measure: Callable[[np.ndarray], np.ndarray], budge
 
 # --- simulation on exhaustive caches -------------------------------------------------------------------------
 
-def transfer_prior(target: pd.DataFrame, reference: pd.DataFrame, registry: HardwareRegistry,
-                   model_factory: Callable = default_model_factory) -> np.ndarray:
+
+def transfer_prior(
+    target: pd.DataFrame,
+    reference: pd.DataFrame,
+    registry: HardwareRegistry,
+    model_factory: Callable = default_model_factory,
+) -> np.ndarray:
     """Runtime of each ``target`` configuration relative to the target GPU's best, as predicted by one model
     fitted on the ``reference`` GPUs' rows (target = runtime / that GPU's fastest) with the tunables, the
     kernel structure and the spec-relative features of ``features.config`` (no GPU identity): what the other
@@ -260,6 +298,7 @@ def transfer_prior(target: pd.DataFrame, reference: pd.DataFrame, registry: Hard
 class CacheSpace:
     """One kernel on one GPU from an exhaustive cache: the candidates (successful configurations), their tuning
     features, and the recorded runtimes that :meth:`measure` replays."""
+
     rows: pd.DataFrame
     features: pd.DataFrame
     runtime_ms: np.ndarray
@@ -278,8 +317,15 @@ class CacheSpace:
         return float(np.min(self.runtime_ms))
 
     @classmethod
-    def from_rows(cls, rows: pd.DataFrame, hardware: str, registry: HardwareRegistry, op: str | None = None,
-                  transfer: bool = True, prior_factory: Callable | None = default_model_factory) -> "CacheSpace":
+    def from_rows(
+        cls,
+        rows: pd.DataFrame,
+        hardware: str,
+        registry: HardwareRegistry,
+        op: str | None = None,
+        transfer: bool = True,
+        prior_factory: Callable | None = default_model_factory,
+    ) -> CacheSpace:
         """The space of ``hardware`` (and ``op``, if ``rows`` hold several kernels) from schema rows.
 
         ``transfer``: add what the other GPUs running the same kernel measured (``ref_*`` columns,
@@ -328,8 +374,14 @@ def decompress_cache(path: str | Path, workdir: str | Path) -> Path:
     return out
 
 
-def kernel_tuner_run(cache: str | Path, strategy: str, budget: int, seed: int = 0,
-                     workdir: str | Path | None = None, strategy_options: dict | None = None) -> np.ndarray:
+def kernel_tuner_run(
+    cache: str | Path,
+    strategy: str,
+    budget: int,
+    seed: int = 0,
+    workdir: str | Path | None = None,
+    strategy_options: dict | None = None,
+) -> np.ndarray:
     """Replay ``cache`` through Kernel Tuner's ``strategy`` in simulation mode (``kernel_tuner.tune_cache``: the
     space is the cache's successful configurations) for ``budget`` unique measurements; returns the runtimes (ms)
     in the order the strategy first measured each configuration. Strategies draw from Python's and NumPy's global
@@ -357,9 +409,18 @@ def kernel_tuner_run(cache: str | Path, strategy: str, budget: int, seed: int = 
     return np.array(order[: int(budget)], float)
 
 
-def tune_on_rows(rows: pd.DataFrame, hardware: str, registry: HardwareRegistry, budget: float,
-                 batch_size: int | None = None, strategy: str = "thompson", seed: int = 0, op: str | None = None,
-                 transfer: bool = True, rounds: int = 15) -> TuneResult:
+def tune_on_rows(
+    rows: pd.DataFrame,
+    hardware: str,
+    registry: HardwareRegistry,
+    budget: float,
+    batch_size: int | None = None,
+    strategy: str = "thompson",
+    seed: int = 0,
+    op: str | None = None,
+    transfer: bool = True,
+    rounds: int = 15,
+) -> TuneResult:
     """A whole simulated tuning run on ``hardware``'s recorded configurations in one call, with the kernel-structure
     and spec-relative features (``costmodel tune --cache``, ``pipelines.tune``, uses the tunables alone):
     :meth:`CacheSpace.from_rows` (the other GPUs in ``rows`` are the transfer data
@@ -372,7 +433,6 @@ def tune_on_rows(rows: pd.DataFrame, hardware: str, registry: HardwareRegistry, 
     n = len(space.runtime_ms)
     count = int(np.ceil(budget * n)) if budget < 1 else int(budget)
     batch = batch_size or max(1, int(np.ceil(count / rounds)))
-    result = tune(space.features, space.measure, count, batch, strategy, seed, space.model_factory,
-                  prior=space.prior)
+    result = tune(space.features, space.measure, count, batch, strategy, seed, space.model_factory, prior=space.prior)
     result.extra.update(space_size=n, budget=count, best_recorded_ms=space.best_ms)
     return result

@@ -2,6 +2,7 @@
 
 Registers the ``pid`` resolver the configs' ``hydra.run.dir`` use: a run folder named by the time to the microsecond
 and the process id, so jobs started together never share one."""
+
 import os
 
 

@@ -21,6 +21,7 @@ Bad input raises :class:`CalibrationError` (one line): no ``runtime_ms``, fewer 
 ``models.physics.MIN_CALIBRATION_ROWS`` rows, a non-positive or non-numeric runtime, unknown hardware, rows of
 several hardware, a model that cannot calibrate, a URI that names no registered model.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,11 +40,29 @@ CANDIDATE_OPS = {
     "matmul": {"n": 120, "params": {"m": [16, 16384], "n": [16, 16384], "k": [16, 16384]}},
     "bmm": {"n": 60, "params": {"batch": [1, 64], "m": [16, 4096], "n": [16, 4096], "k": [16, 4096]}},
     "linear": {"n": 80, "params": {"m": [16, 16384], "n": [64, 16384], "k": [64, 16384]}},
-    "conv2d": {"n": 80, "params": {"batch": [1, 64], "c_in": [3, 512], "c_out": [16, 512], "h": [7, 112],
-                                   "w": [7, 112], "kernel": {"choice": [1, 3, 5, 7]}, "stride": {"choice": [1, 2]},
-                                   "padding": {"choice": [0, 1, 2]}}},
-    "sdpa": {"n": 40, "params": {"batch": [1, 16], "heads": [1, 32], "seq_len": [64, 4096],
-                                 "head_dim": {"choice": [64, 128]}, "causal": {"choice": [0, 1]}}},
+    "conv2d": {
+        "n": 80,
+        "params": {
+            "batch": [1, 64],
+            "c_in": [3, 512],
+            "c_out": [16, 512],
+            "h": [7, 112],
+            "w": [7, 112],
+            "kernel": {"choice": [1, 3, 5, 7]},
+            "stride": {"choice": [1, 2]},
+            "padding": {"choice": [0, 1, 2]},
+        },
+    },
+    "sdpa": {
+        "n": 40,
+        "params": {
+            "batch": [1, 16],
+            "heads": [1, 32],
+            "seq_len": [64, 4096],
+            "head_dim": {"choice": [64, 128]},
+            "causal": {"choice": [0, 1]},
+        },
+    },
     "layernorm": {"n": 40, "params": {"m": [1, 65536], "n": [64, 16384]}},
     "softmax": {"n": 40, "params": {"m": [1, 65536], "n": [64, 16384]}},
     "add": {"n": 40, "params": {"m": [1, 65536], "n": [64, 16384]}},
@@ -80,8 +99,10 @@ def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
     """``(name, alias, version)`` of ``models:/<name>@<alias>`` or ``models:/<name>/<version>``."""
     m = MODEL_URI.match(uri or "")
     if m is None:
-        raise CalibrationError(f"--model must name a registered model (models:/<name>@<alias> or "
-                               f"models:/<name>/<version>), got {uri!r}: calibrate registers a new version of it")
+        raise CalibrationError(
+            f"--model must name a registered model (models:/<name>@<alias> or "
+            f"models:/<name>/<version>), got {uri!r}: calibrate registers a new version of it"
+        )
     return m["name"], m["alias"], m["version"]
 
 
@@ -100,8 +121,10 @@ def load_served(uri: str):
         raise CalibrationError(f"cannot load model {uri!r}: {str(exc).strip().splitlines()[0]}") from None
     if not hasattr(inner, "model") or not callable(getattr(inner.model, "calibrate", None)):
         kind = getattr(getattr(inner, "model", None), "name", type(inner).__name__)
-        raise CalibrationError(f"model {uri!r} ({kind}) cannot be calibrated: only a model with calibrate() "
-                               "(the physics model, conf/model/physics.yaml) learns a new GPU from a few rows")
+        raise CalibrationError(
+            f"model {uri!r} ({kind}) cannot be calibrated: only a model with calibrate() "
+            "(the physics model, conf/model/physics.yaml) learns a new GPU from a few rows"
+        )
     return name, mv, inner
 
 
@@ -117,8 +140,10 @@ def ensure_hardware(inner, hardware: str, hardware_dir=None) -> str:
     try:
         spec = HardwareRegistry.from_dir(hardware_dir or CONF_DIR).get(hardware)
     except UnknownHardwareError:
-        raise CalibrationError(f"unknown hardware {hardware!r}: add its spec sheet as conf/hardware/<id>.yaml "
-                               "(conf/hardware/README.md), then calibrate") from None
+        raise CalibrationError(
+            f"unknown hardware {hardware!r}: add its spec sheet as conf/hardware/<id>.yaml "
+            "(conf/hardware/README.md), then calibrate"
+        ) from None
     inner.registry.add(spec)
     return spec.id
 
@@ -129,8 +154,10 @@ def check_measurements(rows: pd.DataFrame, inner, hardware_dir=None) -> tuple[pd
     from models.physics import MIN_CALIBRATION_ROWS
 
     if "runtime_ms" not in rows.columns:
-        raise CalibrationError("measurements lack column runtime_ms (the measured runtime per call, in ms, beside the "
-                               "columns of costmodel predict: op, hardware, dtype, shapes)")
+        raise CalibrationError(
+            "measurements lack column runtime_ms (the measured runtime per call, in ms, beside the "
+            "columns of costmodel predict: op, hardware, dtype, shapes)"
+        )
     if "hardware" not in rows.columns:
         raise CalibrationError("measurements lack column hardware (a registry id, conf/hardware)")
     if len(rows) < MIN_CALIBRATION_ROWS:
@@ -138,18 +165,31 @@ def check_measurements(rows: pd.DataFrame, inner, hardware_dir=None) -> tuple[pd
     y = pd.to_numeric(rows["runtime_ms"], errors="coerce").to_numpy(float)
     bad = np.flatnonzero(~np.isfinite(y) | (y <= 0))
     if len(bad):
-        raise CalibrationError(f"row {bad[0]}: runtime_ms must be a number > 0, got {rows['runtime_ms'].iloc[bad[0]]!r}")
+        raise CalibrationError(
+            f"row {bad[0]}: runtime_ms must be a number > 0, got {rows['runtime_ms'].iloc[bad[0]]!r}"
+        )
     ids = {ensure_hardware(inner, str(h), hardware_dir) for h in sorted({str(h) for h in rows["hardware"]})}
     if len(ids) != 1:
-        raise CalibrationError(f"measurements of {len(ids)} hardware ({', '.join(sorted(ids))}): calibrate one GPU at "
-                               "a time (one file per GPU)")
+        raise CalibrationError(
+            f"measurements of {len(ids)} hardware ({', '.join(sorted(ids))}): calibrate one GPU at "
+            "a time (one file per GPU)"
+        )
     workloads = rows.drop(columns=["runtime_ms"]).reset_index(drop=True)
     return workloads, y, ids.pop()
 
 
-def calibrate_registered(uri: str, rows: pd.DataFrame, *, sha256: str | None = None, source: str = "",
-                         promote: bool = False, hardware_dir=None, experiment: str = "costmodel-calibrate",
-                         served=None, note=print) -> Calibration:
+def calibrate_registered(
+    uri: str,
+    rows: pd.DataFrame,
+    *,
+    sha256: str | None = None,
+    source: str = "",
+    promote: bool = False,
+    hardware_dir=None,
+    experiment: str = "costmodel-calibrate",
+    served=None,
+    note=print,
+) -> Calibration:
     """Calibrate the registered model ``uri`` on measured ``rows`` of one GPU; log and register a new version of
     the same registered model (the alias moves only with ``promote``). ``served``: :func:`load_served`'s result, if
     already loaded. Returns what was registered."""
@@ -175,12 +215,19 @@ def calibrate_registered(uri: str, rows: pd.DataFrame, *, sha256: str | None = N
     corr = model.corrections_[-1]
     digest = sha256 or rows_sha256(rows)
     meta = dict(inner.meta)
-    meta["calibrated"] = [*meta.get("calibrated", []), {"hardware": hw, "rows": len(rows), "sha256": digest,
-                                                        "parent_version": str(parent.version)}]
+    meta["calibrated"] = [
+        *meta.get("calibrated", []),
+        {"hardware": hw, "rows": len(rows), "sha256": digest, "parent_version": str(parent.version)},
+    ]
     _experiment(experiment)
-    facts = {"calibrated_hardware": hw, "calibration_rows": str(len(rows)), "calibration_sha256": digest,
-             "parent_version": str(parent.version), "parent_model_uri": f"models:/{name}/{parent.version}",
-             "calibration_source": source or "rows"}
+    facts = {
+        "calibrated_hardware": hw,
+        "calibration_rows": str(len(rows)),
+        "calibration_sha256": digest,
+        "parent_version": str(parent.version),
+        "parent_model_uri": f"models:/{name}/{parent.version}",
+        "calibration_source": source or "rows",
+    }
 
     def files(directory: Path):
         path = directory / "calibration_rows.csv"
@@ -189,37 +236,63 @@ def calibrate_registered(uri: str, rows: pd.DataFrame, *, sha256: str | None = N
 
     example = workloads.head(3).astype({p: float for p in SHAPE_PARAMS if p in workloads.columns})
     logged = tracking.log_run(
-        f"calibrate-{hw}", metrics={f"calibrate/{hw}/n": float(len(rows)),
-                                    f"calibrate/{hw}/mape_before": corr["mape_before"],
-                                    f"calibrate/{hw}/mape_out_of_fold": corr["mape_out_of_fold"],
-                                    f"calibrate/{hw}/log_halfwidth": float(corr["q"])},
-        params={"parent_model_uri": facts["parent_model_uri"], "correction_rounds": str(corr["rounds"]),
-                "floor_scale": f"{corr['floor_scale']:.6g}", "kernel_log_bias": f"{corr['bias']:.6g}"},
+        f"calibrate-{hw}",
+        metrics={
+            f"calibrate/{hw}/n": float(len(rows)),
+            f"calibrate/{hw}/mape_before": corr["mape_before"],
+            f"calibrate/{hw}/mape_out_of_fold": corr["mape_out_of_fold"],
+            f"calibrate/{hw}/log_halfwidth": float(corr["q"]),
+        },
+        params={
+            "parent_model_uri": facts["parent_model_uri"],
+            "correction_rounds": str(corr["rounds"]),
+            "floor_scale": f"{corr['floor_scale']:.6g}",
+            "kernel_log_bias": f"{corr['bias']:.6g}",
+        },
         tags={"model": inner.meta.get("model", ""), "target": inner.meta["target"]["name"], **facts},
         files=files,
-        served=tracking.Served(model=model, registry=inner.registry, meta=meta, input_example=example))
+        served=tracking.Served(model=model, registry=inner.registry, meta=meta, input_example=example),
+    )
     client = MlflowClient()
-    decision = (f"calibrated on {len(rows)} rows of {hw} (parent v{parent.version}): "
-                + ("alias moved (--promote)" if promote else "alias not moved (use --promote)"))
-    version = mlflow.register_model(logged.model_uri, name, tags={**facts, "model": inner.meta.get("model", ""),
-                                                                  "champion_decision": decision}).version
+    decision = f"calibrated on {len(rows)} rows of {hw} (parent v{parent.version}): " + (
+        "alias moved (--promote)" if promote else "alias not moved (use --promote)"
+    )
+    version = mlflow.register_model(
+        logged.model_uri, name, tags={**facts, "model": inner.meta.get("model", ""), "champion_decision": decision}
+    ).version
     alias = parse_model_uri(uri)[1] or "champion"
     if promote:
         client.set_registered_model_alias(name, alias, version)
-    note(f"registered {name} version {version}: {decision}; on these rows MAPE {corr['mape_before']:.1f}% before, "
-         f"{corr['mape_out_of_fold']:.1f}% after (out of fold)")
-    return Calibration(name, str(version), str(parent.version), hw, len(rows), digest, logged.run_id, promote,
-                       corr["mape_before"], corr["mape_out_of_fold"])
+    note(
+        f"registered {name} version {version}: {decision}; on these rows MAPE {corr['mape_before']:.1f}% before, "
+        f"{corr['mape_out_of_fold']:.1f}% after (out of fold)"
+    )
+    return Calibration(
+        name,
+        str(version),
+        str(parent.version),
+        hw,
+        len(rows),
+        digest,
+        logged.run_id,
+        promote,
+        corr["mape_before"],
+        corr["mape_out_of_fold"],
+    )
 
 
 def _experiment(name: str) -> None:
-    """Set (create) the calibration experiment; an embedded sqlite store keeps artifacts beside it, as the main job's."""
+    """Set (create) the calibration experiment; an embedded sqlite store keeps artifacts beside it, as the main
+    job's."""
     import mlflow
 
     if mlflow.get_experiment_by_name(name) is None:
         uri = mlflow.get_tracking_uri()
-        location = (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri() \
-            if uri.startswith("sqlite:///") else None
+        location = (
+            (Path(uri[len("sqlite:///") :]).resolve().parent / "mlartifacts").as_uri()
+            if uri.startswith("sqlite:///")
+            else None
+        )
         mlflow.create_experiment(name, artifact_location=location)
     mlflow.set_experiment(name)
 
@@ -248,8 +321,11 @@ def choose_sweep(inner, hardware: str, budget: int, dtypes=CANDIDATE_DTYPES, see
         dom = inner.model.predict_domain(inner.encoder.transform(pool))
     except FeatureError as exc:
         raise CalibrationError(str(exc)) from None
-    pool = pool.assign(_width=np.log(dom["hi_ms"] / dom["lo_ms"]).to_numpy(), _dist=dom["domain_distance"].to_numpy(),
-                       _group=[f"{family(o)}/{d}" for o, d in zip(pool["op"], pool["dtype"])])
+    pool = pool.assign(
+        _width=np.log(dom["hi_ms"] / dom["lo_ms"]).to_numpy(),
+        _dist=dom["domain_distance"].to_numpy(),
+        _group=[f"{family(o)}/{d}" for o, d in zip(pool["op"], pool["dtype"])],
+    )
     pool = pool.sort_values(["_width", "_dist"], ascending=False, kind="stable")
     pool["_rank"] = pool.groupby("_group").cumcount()
     chosen = pool.sort_values(["_rank", "_width"], ascending=[True, False], kind="stable").head(budget)
@@ -257,15 +333,16 @@ def choose_sweep(inner, hardware: str, budget: int, dtypes=CANDIDATE_DTYPES, see
     return chosen[keep].reset_index(drop=True)
 
 
-def measure_sweep(workloads: pd.DataFrame, hardware: str, registry, backend_options: dict | None = None,
-                  progress: bool = True) -> pd.DataFrame:
+def measure_sweep(
+    workloads: pd.DataFrame, hardware: str, registry, backend_options: dict | None = None, progress: bool = True
+) -> pd.DataFrame:
     """Measure ``workloads`` on this machine's GPU with the cuda backend (``conf/collect/backend/cuda.yaml`` +
     ``backend_options``); the GPU found must be ``hardware``. Returns the ok rows as measurements (predict's columns
     + ``runtime_ms``); error rows (e.g. out of memory) are dropped with a count."""
+    from omegaconf import OmegaConf
+
     from data.collect import backend_config, collect, make_backends
     from data.workloads import OPS
-
-    from omegaconf import OmegaConf
 
     backend = make_backends("cuda", backend_config("cuda"), OmegaConf.create(backend_options or {}), registry)[0]
     try:
@@ -274,8 +351,10 @@ def measure_sweep(workloads: pd.DataFrame, hardware: str, registry, backend_opti
         raise CalibrationError(f"--measure: {str(exc).splitlines()[0]}") from None
     if found != registry.resolve(hardware):
         raise CalibrationError(f"--measure --hardware {hardware}: the GPU on this machine is {found}")
-    work = [{"op": r["op"], "dtype": r["dtype"], "params": {p: int(r[p]) for p in OPS[r["op"]].params}}
-            for r in workloads.to_dict("records")]
+    work = [
+        {"op": r["op"], "dtype": r["dtype"], "params": {p: int(r[p]) for p in OPS[r["op"]].params}}
+        for r in workloads.to_dict("records")
+    ]
     rows = collect(backend, work, desc=f"calibrate {found}", progress=progress)
     ok = rows[rows["status"] == "ok"]
     cols = ["op", "hardware", "dtype", *[p for p in SHAPE_PARAMS if ok[p].notna().any()], "runtime_ms"]

@@ -40,6 +40,7 @@ never creates a store: a sqlite file that does not exist is refused (one line na
 ``runs:/`` model with no store to read is an error rather than MLflow's default ``./mlflow.db``.
 Imports are lazy: ``--help`` and ``--version`` import no third-party package.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,8 +103,10 @@ def _set_uri(arg: str | None, model: str | None = None) -> str | None:
     if uri is None:
         if not _needs_store(model):
             return None
-        raise CliError("no MLflow store to read: give --tracking-uri (e.g. sqlite:///outputs/mlflow.db) or set "
-                       "MLFLOW_TRACKING_URI (there is no ./outputs/mlflow.db here)")
+        raise CliError(
+            "no MLflow store to read: give --tracking-uri (e.g. sqlite:///outputs/mlflow.db) or set "
+            "MLFLOW_TRACKING_URI (there is no ./outputs/mlflow.db here)"
+        )
     from models.api import existing_store
 
     try:
@@ -153,8 +156,10 @@ def _input_format(args) -> str:
         return "csv"
     fmt = INPUT_FORMATS.get(Path(args.input).suffix)
     if fmt is None:
-        raise CliError(f"unsupported input {_echo(Path(args.input).name, 80)}: use .csv, .jsonl, .json or .mlir "
-                       "(or --input-format)")
+        raise CliError(
+            f"unsupported input {_echo(Path(args.input).name, 80)}: use .csv, .jsonl, .json or .mlir "
+            "(or --input-format)"
+        )
     return fmt
 
 
@@ -193,8 +198,9 @@ def _output_format(args) -> str:
         return "csv"
     fmt = FORMATS.get(Path(args.output).suffix)
     if fmt is None:
-        raise CliError(f"unsupported output {_echo(Path(args.output).name, 80)}: use .csv, .jsonl or .json "
-                       "(or --format)")
+        raise CliError(
+            f"unsupported output {_echo(Path(args.output).name, 80)}: use .csv, .jsonl or .json (or --format)"
+        )
     return fmt
 
 
@@ -274,8 +280,9 @@ def _input_name(args) -> str:
 def _check_sources(args) -> None:
     """Exactly one of --input / --torch, and the options that go with each."""
     if bool(args.input) == bool(args.torch):
-        raise CliError("give exactly one of --input (workloads or .mlir; - reads standard input) and "
-                       "--torch pkg.module:factory")
+        raise CliError(
+            "give exactly one of --input (workloads or .mlir; - reads standard input) and --torch pkg.module:factory"
+        )
     if args.torch:
         if not args.example_input:
             raise CliError("--torch needs --example-input (a shape like 1x3x224x224, or int64:1x128 for token ids)")
@@ -307,9 +314,12 @@ def _warn_domain(preds) -> None:
     if outside.any():
         far = preds[outside].reset_index(drop=True)
         i = int(far["domain_distance"].to_numpy(float).argmax())
-        print(f"costmodel: warning: {int(outside.sum())} of {len(preds)} rows are outside the training domain "
-              f"(in_domain false, intervals widened; farthest: distance {far['domain_distance'][i]:.2f}, "
-              f"{far['domain_reason'][i]})", file=sys.stderr)
+        print(
+            f"costmodel: warning: {int(outside.sum())} of {len(preds)} rows are outside the training domain "
+            f"(in_domain false, intervals widened; farthest: distance {far['domain_distance'][i]:.2f}, "
+            f"{far['domain_reason'][i]})",
+            file=sys.stderr,
+        )
 
 
 def _warn_unmapped(line: str) -> None:
@@ -467,9 +477,10 @@ def calibrate(args) -> int:
     import hashlib
     import logging
 
+    import mlflow  # noqa: F401 - imported first: its import sets its loggers' level
+
     from pipelines.calibrate import CalibrationError, calibrate_registered, choose_sweep, load_served, measure_sweep
 
-    import mlflow  # noqa: F401 - imported first: its import sets its loggers' level
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     if bool(args.measurements) == bool(args.measure):
         raise CliError("give exactly one of --measurements FILE and --measure (with --hardware)")
@@ -494,8 +505,15 @@ def calibrate(args) -> int:
             sweep = choose_sweep(served[2], args.hardware, args.budget or 60)
             rows, digest, source = measure_sweep(sweep, args.hardware, served[2].registry), None, "measure"
             print(f"measured {len(rows)} of {len(sweep)} chosen workloads on {args.hardware}", file=sys.stderr)
-        result = calibrate_registered(args.model, rows, sha256=digest, source=source, promote=args.promote,
-                                      served=served, note=lambda line: print(line, file=sys.stderr))
+        result = calibrate_registered(
+            args.model,
+            rows,
+            sha256=digest,
+            source=source,
+            promote=args.promote,
+            served=served,
+            note=lambda line: print(line, file=sys.stderr),
+        )
     except CalibrationError as exc:
         raise CliError(str(exc)) from None
     print(f"models:/{result.name}/{result.version}")
@@ -505,9 +523,14 @@ def calibrate(args) -> int:
 def _add_calibrate(sub) -> None:
     p = sub.add_parser("calibrate", help="learn a new GPU from its measurements: registers a new model version")
     p.add_argument("--model", required=True, help="registered model URI, e.g. models:/costmodel-runtime@champion")
-    p.add_argument("--measurements", help="measured rows of ONE GPU (.csv, .jsonl, .json): predict's columns + runtime_ms")
-    p.add_argument("--measure", action="store_true",
-                   help="measure here with the cuda backend the workloads the model is least sure of, then calibrate")
+    p.add_argument(
+        "--measurements", help="measured rows of ONE GPU (.csv, .jsonl, .json): predict's columns + runtime_ms"
+    )
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure here with the cuda backend the workloads the model is least sure of, then calibrate",
+    )
     p.add_argument("--hardware", help="--measure: the GPU on this machine (a conf/hardware id)")
     p.add_argument("--budget", type=int, help="--measure: how many workloads to measure (default 60)")
     p.add_argument("--promote", action="store_true", help="move the alias (e.g. @champion) to the new version")
@@ -542,25 +565,43 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict costs for workloads with a registered or logged model")
     p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")
     p.add_argument("--input", help="workloads as .csv, .jsonl, .json (array of records) or .mlir; - reads stdin")
-    p.add_argument("--input-format", choices=["csv", "jsonl", "json", "mlir"],
-                   help="format of --input (default: its suffix; csv for standard input)")
-    p.add_argument("--torch", metavar="PKG.MODULE:FACTORY",
-                   help="a PyTorch model: factory() (no arguments) returns the nn.Module; built on the meta device")
-    p.add_argument("--example-input", action="append", metavar="[DTYPE:]SHAPE",
-                   help="--torch input shape, e.g. 1x3x224x224 or int64:1x128 (repeat for several inputs)")
+    p.add_argument(
+        "--input-format",
+        choices=["csv", "jsonl", "json", "mlir"],
+        help="format of --input (default: its suffix; csv for standard input)",
+    )
+    p.add_argument(
+        "--torch",
+        metavar="PKG.MODULE:FACTORY",
+        help="a PyTorch model: factory() (no arguments) returns the nn.Module; built on the meta device",
+    )
+    p.add_argument(
+        "--example-input",
+        action="append",
+        metavar="[DTYPE:]SHAPE",
+        help="--torch input shape, e.g. 1x3x224x224 or int64:1x128 (repeat for several inputs)",
+    )
     p.add_argument("--dtype", help="--torch: cost the model in this dtype (float16, bfloat16, tf32, float32)")
-    p.add_argument("--dim", action="append", metavar="%%ARG:DIM=SIZE",
-                   help=".mlir input: bind a dynamic dimension, %%arg0:0=1024, or a whole argument, %%arg0=1024x512 "
-                        "(repeatable)")
+    p.add_argument(
+        "--dim",
+        action="append",
+        metavar="%%ARG:DIM=SIZE",
+        help=".mlir input: bind a dynamic dimension, %%arg0:0=1024, or a whole argument, %%arg0=1024x512 (repeatable)",
+    )
     p.add_argument("--strict", action="store_true", help="an op with no workload mapping is an error, not a warning")
     p.add_argument("--output", help="write predictions here (.csv, .jsonl or .json; - is stdout, the default)")
-    p.add_argument("--format", choices=["csv", "jsonl", "json"],
-                   help="output format (default: from --output, else csv)")
+    p.add_argument(
+        "--format", choices=["csv", "jsonl", "json"], help="output format (default: from --output, else csv)"
+    )
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.add_argument("--hardware", help="hardware id for .mlir / --torch input (its kernels are predicted on it)")
-    p.add_argument("--execution", choices=["eager", "cuda_graph", "compiled"], default="eager",
-                   help=".mlir / --torch total: how the kernels run (models/compose.py; default eager): launch-bound "
-                        "kernels cost their dispatch in eager, a small gap in a CUDA graph; compiled fuses pointwise ops")
+    p.add_argument(
+        "--execution",
+        choices=["eager", "cuda_graph", "compiled"],
+        default="eager",
+        help=".mlir / --torch total: how the kernels run (models/compose.py; default eager): launch-bound "
+        "kernels cost their dispatch in eager, a small gap in a CUDA graph; compiled fuses pointwise ops",
+    )
     p.set_defaults(func=predict)
 
     p = sub.add_parser("models", help="list registered models: versions, aliases, held-out metrics")

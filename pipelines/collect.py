@@ -9,6 +9,7 @@ Output: ``outputs/datasets/<name>/`` (``shards/*.parquet`` + ``manifest.jsonl``,
 ``hardware/<id>.json``: the spec of the hardware measured, e.g. the detected CPU's measured peaks);
 read it with ``data.store.read_dataset(dir)``. Rerunning the same command resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,16 @@ GROUPS_DIR = Path(__file__).resolve().parent.parent / "conf" / "collect"
 def sweep_workloads(cfg: DictConfig) -> list[dict]:
     """The workload list a composed collect config describes (deterministic for a given config)."""
     wl, sw = cfg.workload, cfg.sweep
-    return make_sweep(OmegaConf.to_container(wl.ops, resolve=True), list(wl.dtypes), n=sw.n, kind=sw.kind,
-                      seed=sw.seed, max_flops=float(wl.get("max_flops", float("inf"))),
-                      max_bytes=float(wl.get("max_bytes", float("inf"))), points=int(sw.get("points", 4)))
+    return make_sweep(
+        OmegaConf.to_container(wl.ops, resolve=True),
+        list(wl.dtypes),
+        n=sw.n,
+        kind=sw.kind,
+        seed=sw.seed,
+        max_flops=float(wl.get("max_flops", float("inf"))),
+        max_bytes=float(wl.get("max_bytes", float("inf"))),
+        points=int(sw.get("points", 4)),
+    )
 
 
 def engine_from_config(cfg: DictConfig):
@@ -51,12 +59,21 @@ def collect(cfg: DictConfig) -> dict:
     workloads = sweep_workloads(cfg)
     dataset = ShardedDataset(cfg.paths.dataset_dir)
     _save_hardware_spec(backend.hardware, dataset.path)
-    stats = run_sweep(backend, workloads, dataset, engine_from_config(cfg), shard_rows=int(cfg.collect.shard_rows),
-                      progress=bool(cfg.progress), desc=f"{cfg.name} [{cfg.collect.engine}]")
+    stats = run_sweep(
+        backend,
+        workloads,
+        dataset,
+        engine_from_config(cfg),
+        shard_rows=int(cfg.collect.shard_rows),
+        progress=bool(cfg.progress),
+        desc=f"{cfg.name} [{cfg.collect.engine}]",
+    )
     stats.update(dataset=str(dataset.path), rows_in_dataset=len(dataset))
-    print(f"{cfg.name}: {stats['total']} workloads, {stats['skipped']} already present, {stats['measured']} "
-          f"measured ({stats['errors']} errors), {stats['committed']} rows committed in {stats['seconds']:.1f} s "
-          f"-> {dataset.path} ({stats['rows_in_dataset']} rows)")
+    print(
+        f"{cfg.name}: {stats['total']} workloads, {stats['skipped']} already present, {stats['measured']} "
+        f"measured ({stats['errors']} errors), {stats['committed']} rows committed in {stats['seconds']:.1f} s "
+        f"-> {dataset.path} ({stats['rows_in_dataset']} rows)"
+    )
     return stats
 
 

@@ -10,6 +10,7 @@ the dataset's protocol (``models/public_eval.py``: splits, fits, metrics), logs 
 ``<split>/<scope>/<metric>`` and prints the summary (``pipelines.report``). ``tiny=true``: the dataset's ``tiny``
 block (seconds-long settings) over its defaults.
 """
+
 from __future__ import annotations
 
 import importlib

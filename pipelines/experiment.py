@@ -29,6 +29,7 @@ own (``noise_floor``). ``scope``: ``all``, a hardware id, ``family:<name>``. ``m
 ... A multi-target run (several ``target.columns``, e.g. the power model) names a target's metric
 ``<column>.<metric>`` (``test/all/power_w.medape``); a metric over all targets keeps its bare name.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,8 @@ from models.splits import FOLDS, SPLITS
 from pipelines import tracking
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-DESCRIBE = ["op", "hardware", "dtype", *SHAPE_PARAMS]   # what a kernel row is (its served input)
-NETWORK_DESCRIBE = ["mlir", "hardware", "dtype"]        # what a network row is
+DESCRIBE = ["op", "hardware", "dtype", *SHAPE_PARAMS]  # what a kernel row is (its served input)
+NETWORK_DESCRIBE = ["mlir", "hardware", "dtype"]  # what a network row is
 
 
 class TargetError(ValueError):
@@ -107,7 +108,7 @@ class Target:
     derived: dict = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> "Target":
+    def from_config(cls, cfg: DictConfig) -> Target:
         facts = OmegaConf.to_container(cfg, resolve=True)
         facts.setdefault("rank_by", list(facts["columns"]))
         return cls(**facts)
@@ -142,13 +143,21 @@ def rows_with_target(rows: pd.DataFrame, target: Target, backends) -> tuple[pd.D
     ok = rows["status"] == "ok"
     has = ok & rows[target.columns].notna().all(axis=1)
     if not has.any():
-        raise TargetError(f"no collected row has target {target.name!r} ({int(ok.sum())} ok rows from backends "
-                          f"{', '.join(sorted(set(rows['backend'])))}; {target.name} is measured by: "
-                          f"{', '.join(target.measured_by) or 'see conf/target'}; collect.backends: {list(backends)})")
+        raise TargetError(
+            f"no collected row has target {target.name!r} ({int(ok.sum())} ok rows from backends "
+            f"{', '.join(sorted(set(rows['backend'])))}; {target.name} is measured by: "
+            f"{', '.join(target.measured_by) or 'see conf/target'}; collect.backends: {list(backends)})"
+        )
     dropped = rows[ok & ~has]
-    note = "" if dropped.empty else (
-        f"target {target.name}: {int(has.sum())} rows have it; dropped {len(dropped)} ok rows without it ("
-        + ", ".join(f"{b}: {n}" for b, n in dropped["backend"].value_counts().sort_index().items()) + ")")
+    note = (
+        ""
+        if dropped.empty
+        else (
+            f"target {target.name}: {int(has.sum())} rows have it; dropped {len(dropped)} ok rows without it ("
+            + ", ".join(f"{b}: {n}" for b, n in dropped["backend"].value_counts().sort_index().items())
+            + ")"
+        )
+    )
     return rows[has.to_numpy()].reset_index(drop=True), note
 
 
@@ -169,8 +178,11 @@ def model_entries(cfg: DictConfig, overrides: dict | None = None) -> dict[str, E
     """The job's models: ``cfg.model`` entries with their encoder (their own ``encoder`` or the job's ``encoder``);
     ``overrides[name]`` merges over an entry (e.g. a dataset's hyper-parameters)."""
     out = {}
-    default = OmegaConf.to_container(cfg.encoder, resolve=True) if cfg.get("encoder") else \
-        {"_target_": "features.tabular.TabularFeaturizer"}
+    default = (
+        OmegaConf.to_container(cfg.encoder, resolve=True)
+        if cfg.get("encoder")
+        else {"_target_": "features.tabular.TabularFeaturizer"}
+    )
     for name in cfg.model:
         mcfg = OmegaConf.to_container(cfg.model[name], resolve=True)  # interpolations resolve against the job
         mcfg = OmegaConf.to_container(OmegaConf.merge(mcfg, (overrides or {}).get(name) or {}), resolve=True)
@@ -233,14 +245,18 @@ def scope_masks(rows: pd.DataFrame, scopes) -> dict[str, np.ndarray]:
     return out
 
 
-def score(rows: pd.DataFrame, Y, P, lo=None, hi=None, *, target: Target, level: float, scopes=(), loo=False
-          ) -> dict[str, dict[str, float]]:
+def score(
+    rows: pd.DataFrame, Y, P, lo=None, hi=None, *, target: Target, level: float, scopes=(), loo=False
+) -> dict[str, dict[str, float]]:
     """Metrics per scope (:func:`scope_masks`) and target column: ``n``, MAPE, MedAPE, R^2 (log10), Kendall tau,
     SMAPE, Kendall tau within each (op, hardware) group, and interval coverage (given ``lo`` / ``hi``; ``loo``: the
     leave-one-out coverage of the calibration rule on these rows, ``models.conformal.loo_coverage``)."""
     Y, P = (np.asarray(a, float).reshape(len(rows), -1) for a in (Y, P))
-    lo, hi = ((None, None) if lo is None else (np.asarray(lo, float).reshape(len(rows), -1),
-                                               np.asarray(hi, float).reshape(len(rows), -1)))
+    lo, hi = (
+        (None, None)
+        if lo is None
+        else (np.asarray(lo, float).reshape(len(rows), -1), np.asarray(hi, float).reshape(len(rows), -1))
+    )
     groups = rows["op"].astype(str).to_numpy() + "@" + rows["hardware"].astype(str).to_numpy()
     out = {}
     for scope, m in scope_masks(rows, scopes).items():
@@ -287,8 +303,12 @@ def _calibrate(make, X, Y, rows: pd.DataFrame, train, interval: DictConfig, leve
         groups = rows[interval.get("group", "shape_id")].to_numpy()[train]
         return fit_calibrated(make, Xt, Yt, groups, float(interval.calibration_size), level, seed, by=by[train])
     if interval.method == "cross":
-        folds = [(tr, te) for _, tr, te in FOLDS["held_out_shapes_kfold"](rows.iloc[train].reset_index(drop=True),
-                                                                          seed=seed, folds=int(interval.folds))]
+        folds = [
+            (tr, te)
+            for _, tr, te in FOLDS["held_out_shapes_kfold"](
+                rows.iloc[train].reset_index(drop=True), seed=seed, folds=int(interval.folds)
+            )
+        ]
         return fit_calibrated(make, Xt, Yt, level=level, by=by[train], folds=folds)
     raise ValueError(f"interval.method must be split, cross or loo, got {interval.method!r}")
 
@@ -328,9 +348,17 @@ def pooled(make, X, Y, rows: pd.DataFrame, folds, interval: DictConfig | None = 
         else:
             p = make().fit(take(X, tr), Y[tr]).predict(take(X, te))
         idx.append(te), preds.append(np.asarray(p, float).reshape(len(te), -1)), n_train.append(len(tr))
-    cat = (lambda parts: np.concatenate(parts) if parts else None)
-    return Fit(np.concatenate(idx), cat(preds), cat(los), cat(his), None, int(np.mean(n_train)),
-               time.perf_counter() - t0, len(folds))
+    cat = lambda parts: np.concatenate(parts) if parts else None
+    return Fit(
+        np.concatenate(idx),
+        cat(preds),
+        cat(los),
+        cat(his),
+        None,
+        int(np.mean(n_train)),
+        time.perf_counter() - t0,
+        len(folds),
+    )
 
 
 def eval_folds(cfg: DictConfig, rows: pd.DataFrame, note=print) -> dict[str, list]:
@@ -387,9 +415,20 @@ class Experiment:
     rank_keys: list[str] = field(default_factory=list)
 
 
-def run_experiment(cfg: DictConfig, rows: pd.DataFrame, registry: HardwareRegistry, target: Target, *,
-                   dataset: dict | None = None, folds: dict[str, list] | None = None, params: dict | None = None,
-                   tags: dict | None = None, extras=None, context: dict | None = None, note=print) -> Experiment:
+def run_experiment(
+    cfg: DictConfig,
+    rows: pd.DataFrame,
+    registry: HardwareRegistry,
+    target: Target,
+    *,
+    dataset: dict | None = None,
+    folds: dict[str, list] | None = None,
+    params: dict | None = None,
+    tags: dict | None = None,
+    extras=None,
+    context: dict | None = None,
+    note=print,
+) -> Experiment:
     """Build every model of ``cfg.model``, fit the registered candidates on the champion split (calibrated), score
     every model on ``folds`` (default: :func:`eval_folds`), log one MLflow run per model, register the best
     candidate under the one champion rule. Returns the :class:`Experiment`.
@@ -403,8 +442,8 @@ def run_experiment(cfg: DictConfig, rows: pd.DataFrame, registry: HardwareRegist
     level = float(cfg.interval.level)
     entries = model_entries(cfg)
     encodings = Encodings(rows, registry, **(context or {}))
-    Y = rows[target.columns].to_numpy(float)          # [n, T] for the metrics
-    Yfit = Y if target.multi else Y[:, 0]               # what a model fits: [n] for one target
+    Y = rows[target.columns].to_numpy(float)  # [n, T] for the metrics
+    Yfit = Y if target.multi else Y[:, 0]  # what a model fits: [n] for one target
     candidates = list(entries) if cfg.register.get("models") is None else list(cfg.register.models)
     unknown = [m for m in candidates if m not in entries]
     if unknown:
@@ -412,10 +451,16 @@ def run_experiment(cfg: DictConfig, rows: pd.DataFrame, registry: HardwareRegist
     train, test = champion_split(cfg, rows) if candidates else (np.arange(len(rows)), np.arange(0))
     folds = eval_folds(cfg, rows, note) if folds is None else folds
     dataset = dataset or {"rows": rows, "source": "rows", "digest": dataset_hash(rows)}
-    split_id = tracking.split_identity(cfg.split.name, cfg.split.seed, cfg.split.test_size, dataset["digest"],
-                                       rows["shape_id"].iloc[test])
-    reused = cfg.split.name if cfg.split.name in folds and len(folds[cfg.split.name]) == 1 and \
-        cfg.split.name in ("random", "held_out_shapes") else None  # that fold IS the champion split
+    split_id = tracking.split_identity(
+        cfg.split.name, cfg.split.seed, cfg.split.test_size, dataset["digest"], rows["shape_id"].iloc[test]
+    )
+    reused = (
+        cfg.split.name
+        if cfg.split.name in folds
+        and len(folds[cfg.split.name]) == 1
+        and cfg.split.name in ("random", "held_out_shapes")
+        else None
+    )  # that fold IS the champion split
     trees = float(cfg.get("eval_trees") or 1)
     uri = tracking.setup(cfg.mlflow, out)
     results: dict[str, Result] = {}
@@ -425,35 +470,83 @@ def run_experiment(cfg: DictConfig, rows: pd.DataFrame, registry: HardwareRegist
         describe = describe_of(encodings, entry, rows)
         if name in candidates:
             fit = res.fits["test"] = fit_registered(lambda e=entry: build(e), X, Yfit, rows, train, test, cfg.interval)
-            res.metrics.update(flat("test", score(rows.iloc[test], Y[test], fit.pred, fit.lo, fit.hi, target=target,
-                                                  level=level, scopes=cfg.get("scopes"),
-                                                  loo=cfg.interval.method == "loo")))
+            res.metrics.update(
+                flat(
+                    "test",
+                    score(
+                        rows.iloc[test],
+                        Y[test],
+                        fit.pred,
+                        fit.lo,
+                        fit.hi,
+                        target=target,
+                        level=level,
+                        scopes=cfg.get("scopes"),
+                        loo=cfg.interval.method == "loo",
+                    ),
+                )
+            )
             res.metrics.update({"test/all/fit_seconds": fit.seconds, "test/all/n_train": float(fit.n_train)})
             res.metrics.update(calibration_metrics(fit.calibrated, target))
-            res.test_frame = rows.iloc[test][[c for c in DESCRIBE if c in rows.columns]].reset_index(drop=True).assign(
-                **{c: Y[test, j] for j, c in enumerate(target.columns)},
-                **{f"pred_{c}": fit.pred[:, j] for j, c in enumerate(target.columns)})
+            res.test_frame = (
+                rows.iloc[test][[c for c in DESCRIBE if c in rows.columns]]
+                .reset_index(drop=True)
+                .assign(
+                    **{c: Y[test, j] for j, c in enumerate(target.columns)},
+                    **{f"pred_{c}": fit.pred[:, j] for j, c in enumerate(target.columns)},
+                )
+            )
         for split, split_folds in folds.items():
             if split == reused and "test" in res.fits:
                 fit = res.fits[split] = res.fits["test"]
             else:
-                make = (lambda e=scale_trees(entry, trees): build(e))
-                fit = res.fits[split] = pooled(make, X, Yfit, rows, split_folds,
-                                               cfg.interval if cfg.get("eval_interval") else None)
+                make = lambda e=scale_trees(entry, trees): build(e)
+                fit = res.fits[split] = pooled(
+                    make, X, Yfit, rows, split_folds, cfg.interval if cfg.get("eval_interval") else None
+                )
             idx = fit.index
-            res.metrics.update(flat(split, score(rows.iloc[idx], Y[idx], fit.pred, fit.lo, fit.hi, target=target,
-                                                 level=level, scopes=cfg.get("scopes"))))
-            res.metrics.update({f"{split}/all/folds": float(fit.folds), f"{split}/all/n_train": float(fit.n_train),
-                                f"{split}/all/fit_seconds": fit.seconds})
+            res.metrics.update(
+                flat(
+                    split,
+                    score(
+                        rows.iloc[idx],
+                        Y[idx],
+                        fit.pred,
+                        fit.lo,
+                        fit.hi,
+                        target=target,
+                        level=level,
+                        scopes=cfg.get("scopes"),
+                    ),
+                )
+            )
+            res.metrics.update(
+                {
+                    f"{split}/all/folds": float(fit.folds),
+                    f"{split}/all/n_train": float(fit.n_train),
+                    f"{split}/all/fit_seconds": fit.seconds,
+                }
+            )
         served = None
         if name in candidates:
-            served = served_model(name, res.fits["test"].calibrated, entry, unit, target, registry, rows, test,
-                                  describe, level)
+            served = served_model(
+                name, res.fits["test"].calibrated, entry, unit, target, registry, rows, test, describe, level
+            )
         logged = tracking.log_run(
-            name, metrics=res.metrics, params={**(params or {}), **entry.params()},
-            tags={"model": name, "target": target.name, "dataset_sha256": dataset["digest"], **split_id,
-                  **(tags or {})},
-            files=_files(name, res, target, extras), dataset=dataset, served=served)
+            name,
+            metrics=res.metrics,
+            params={**(params or {}), **entry.params()},
+            tags={
+                "model": name,
+                "target": target.name,
+                "dataset_sha256": dataset["digest"],
+                **split_id,
+                **(tags or {}),
+            },
+            files=_files(name, res, target, extras),
+            dataset=dataset,
+            served=served,
+        )
         res.run_id, res.model_uri = logged.run_id, logged.model_uri
     best, decision, rank_keys = None, None, []
     if candidates:
@@ -464,8 +557,9 @@ def run_experiment(cfg: DictConfig, rows: pd.DataFrame, registry: HardwareRegist
         rank_keys = [f"{select}/all/{target.key(metric, c)}" for c in target.rank_by]
         sign = 1 if tracking.LOWER_IS_BETTER.get(metric, True) else -1
         best = min(candidates, key=lambda n: tuple(sign * results[n].metrics[k] for k in rank_keys))
-        decision = register(cfg, results[best], rows, test, Y, target, split_id,
-                            describe_of(encodings, entries[best], rows))
+        decision = register(
+            cfg, results[best], rows, test, Y, target, split_id, describe_of(encodings, entries[best], rows)
+        )
     return Experiment(results, best, decision, target, split_id, uri, list(folds), reused, rank_keys)
 
 
@@ -475,18 +569,34 @@ def describe_of(encodings: Encodings, entry: Entry, rows: pd.DataFrame) -> list[
     return [c for c in (NETWORK_DESCRIBE if unit == "network" else DESCRIBE) if c in rows.columns]
 
 
-def register(cfg: DictConfig, res: Result, rows: pd.DataFrame, test, Y, target: Target, split_id: dict,
-             describe: list[str]):
+def register(
+    cfg: DictConfig, res: Result, rows: pd.DataFrame, test, Y, target: Target, split_id: dict, describe: list[str]
+):
     """``tracking.register`` (the one champion rule) for ``res``: its ``test/all`` metrics of the target's primary
     column (bare names: the version's ``test_<metric>`` tags) and its held-out rows with their predictions."""
     j, col = target.columns.index(target.primary), target.primary
     prefix = f"{col}." if target.multi else ""
-    metrics = {k.split("/")[-1].removeprefix(prefix): v for k, v in res.metrics.items()
-               if k.startswith(f"test/all/{prefix}") and not k.endswith(("fit_seconds", "n_train"))}
-    heldout = rows.iloc[test][describe].reset_index(drop=True).assign(
-        **{col: Y[test, j], f"pred_{col}": res.fits["test"].pred[:, j]})
-    return tracking.register(res.model_uri, cfg.register.name, cfg.register.alias, metrics, split=split_id,
-                             heldout=heldout, target=col, select_metric=cfg.register.select_metric, model_name=res.name)
+    metrics = {
+        k.split("/")[-1].removeprefix(prefix): v
+        for k, v in res.metrics.items()
+        if k.startswith(f"test/all/{prefix}") and not k.endswith(("fit_seconds", "n_train"))
+    }
+    heldout = (
+        rows.iloc[test][describe]
+        .reset_index(drop=True)
+        .assign(**{col: Y[test, j], f"pred_{col}": res.fits["test"].pred[:, j]})
+    )
+    return tracking.register(
+        res.model_uri,
+        cfg.register.name,
+        cfg.register.alias,
+        metrics,
+        split=split_id,
+        heldout=heldout,
+        target=col,
+        select_metric=cfg.register.select_metric,
+        model_name=res.name,
+    )
 
 
 def calibration_metrics(cal, target: Target) -> dict[str, float]:
@@ -503,13 +613,29 @@ def served_model(name: str, cal, entry: Entry, unit: str, target: Target, regist
     input example."""
     from models.pyfunc import make_meta
 
-    intervals = {c: {"log_halfwidth": float(cal.q[j]), "by_hardware": cal.by_group[j], "transform": cal.transforms[j],
-                     "lower": cal.lower[j], "upper": cal.upper[j]} for j, c in enumerate(target.columns)}
+    intervals = {
+        c: {
+            "log_halfwidth": float(cal.q[j]),
+            "by_hardware": cal.by_group[j],
+            "transform": cal.transforms[j],
+            "lower": cal.lower[j],
+            "upper": cal.upper[j],
+        }
+        for j, c in enumerate(target.columns)
+    }
     trained = None
     if unit == "network":  # a network model learned from these machines only: serving refuses others
         trained = sorted(set(rows["hardware"].iloc[np.setdiff1d(np.arange(len(rows)), test)]))
-    meta = make_meta(model=name, target=target.facts(), encoder=entry.encoder, unit=unit, intervals=intervals,
-                     level=level, trained_hardware=trained, domain=hasattr(cal.model, "predict_domain"))
+    meta = make_meta(
+        model=name,
+        target=target.facts(),
+        encoder=entry.encoder,
+        unit=unit,
+        intervals=intervals,
+        level=level,
+        trained_hardware=trained,
+        domain=hasattr(cal.model, "predict_domain"),
+    )
     example = rows.iloc[test[:3]][describe].reset_index(drop=True)
     if unit != "network":
         example = example.astype({p: float for p in SHAPE_PARAMS if p in example.columns})
@@ -519,16 +645,29 @@ def served_model(name: str, cal, entry: Entry, unit: str, target: Target, regist
 def _files(name: str, res: Result, target: Target, extras):
     """The run's ``eval/`` artifacts: parity plot, error CDF and held-out predictions of the registered fit, plus a
     job's own (``extras``)."""
+
     def write(directory: Path) -> tuple[dict, list[Path]]:
         from models.evaluate import error_cdf_plot, parity_plot
 
         files, metrics = [], {}
         if res.test_frame is not None and len(res.test_frame):
             col, frame = target.primary, res.test_frame
-            parity_plot(frame["hardware"], frame[col], frame[f"pred_{col}"], f"{name}: held-out rows ({col})",
-                        directory / "parity.png", f"true {col}", f"predicted {col}")
-            error_cdf_plot(frame["hardware"], frame[col], frame[f"pred_{col}"], f"{name}: held-out error CDF ({col})",
-                           directory / "error_cdf.png")
+            parity_plot(
+                frame["hardware"],
+                frame[col],
+                frame[f"pred_{col}"],
+                f"{name}: held-out rows ({col})",
+                directory / "parity.png",
+                f"true {col}",
+                f"predicted {col}",
+            )
+            error_cdf_plot(
+                frame["hardware"],
+                frame[col],
+                frame[f"pred_{col}"],
+                f"{name}: held-out error CDF ({col})",
+                directory / "error_cdf.png",
+            )
             frame.to_csv(directory / "heldout_predictions.csv", index=False)
             files += [directory / "parity.png", directory / "error_cdf.png", directory / "heldout_predictions.csv"]
         if extras is not None:
@@ -536,6 +675,7 @@ def _files(name: str, res: Result, target: Target, extras):
             metrics.update(more_metrics)
             files += list(more_files)
         return metrics, files
+
     return write
 
 
@@ -552,10 +692,17 @@ def log_split_runs(records: list[dict], *, params: dict, tags: dict) -> list[dic
     for r in records:
         if "metrics" not in r:
             continue
-        metrics = {f"{r['split']}/{scope}/{k}": float(v) for scope, values in r["metrics"].items()
-                   for k, v in values.items() if v is not None and np.isfinite(v)}
-        r["run_id"] = tracking.log_run(f"{tags['dataset']}/{r['split']}/{r['model']}", metrics=metrics,
-                                       params={**params, **r.get("params", {})},
-                                       tags={**tags, "split": r["split"], "model": r["model"]},
-                                       files=r.get("files")).run_id
+        metrics = {
+            f"{r['split']}/{scope}/{k}": float(v)
+            for scope, values in r["metrics"].items()
+            for k, v in values.items()
+            if v is not None and np.isfinite(v)
+        }
+        r["run_id"] = tracking.log_run(
+            f"{tags['dataset']}/{r['split']}/{r['model']}",
+            metrics=metrics,
+            params={**params, **r.get("params", {})},
+            tags={**tags, "split": r["split"], "model": r["model"]},
+            files=r.get("files"),
+        ).run_id
     return records

@@ -9,6 +9,7 @@ Writes ``<output_dir>/datasets/import/<source>.parquet`` (validated, atomic) and
 ``source=reference`` writes the versioned pack of real runtime measurements into ``paths.reference_dir``
 (default: ``<repo>/reference``) instead.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -40,11 +41,18 @@ def run(cfg: DictConfig) -> dict[str, Path]:
         names = list(SOURCES)
     if names == ["reference"]:  # the shipped pack of real runtime measurements (data/reference.py)
         from data import reference
+
         t0 = time.perf_counter()
-        path = reference.write_reference(reference.build_reference(cfg.data_root, registry),
-                                         cfg.paths.get("reference_dir") or reference.REFERENCE_DIR, cfg.data_root)
-        print(f"{reference.describe_reference(reference.load_reference(path), path)}\nsha256 "
-              f"{reference.verify_reference(path)}, {time.perf_counter() - t0:.1f} s -> {path}", flush=True)
+        path = reference.write_reference(
+            reference.build_reference(cfg.data_root, registry),
+            cfg.paths.get("reference_dir") or reference.REFERENCE_DIR,
+            cfg.data_root,
+        )
+        print(
+            f"{reference.describe_reference(reference.load_reference(path), path)}\nsha256 "
+            f"{reference.verify_reference(path)}, {time.perf_counter() - t0:.1f} s -> {path}",
+            flush=True,
+        )
         return {"reference": path}
     out = Path(cfg.paths.output_dir).resolve() / "datasets" / "import"
     written = {}
@@ -53,8 +61,11 @@ def run(cfg: DictConfig) -> dict[str, Path]:
         rows = import_source(name, cfg.data_root, registry)
         path = write_dataset(rows, out / f"{name}.parquet")
         n_err = int((rows["status"] == "error").sum())
-        print(f"{name}: {len(rows)} rows ({n_err} errors), hardware {', '.join(sorted(rows['hardware'].unique()))}, "
-              f"sha256 {dataset_hash(rows)[:12]}, {time.perf_counter() - t0:.1f} s -> {path}", flush=True)
+        print(
+            f"{name}: {len(rows)} rows ({n_err} errors), hardware {', '.join(sorted(rows['hardware'].unique()))}, "
+            f"sha256 {dataset_hash(rows)[:12]}, {time.perf_counter() - t0:.1f} s -> {path}",
+            flush=True,
+        )
         written[name] = path
     return written
 

@@ -13,6 +13,7 @@ model of record on it (``kernel_sweep``, ``kernel_model``; or ``kernel_model_pat
 each family held out, groups of families, deeper networks) and registers ``register.models`` (calibrated on a held-out
 fraction of each family). Returns the mean over the scored splits of ``objective.model``'s ``objective.metric``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -74,8 +75,9 @@ def kernel_model(cfg: DictConfig, backend, registry, out) -> str:
     sweep = OmegaConf.to_container(cfg.kernel_sweep, resolve=True)
     ops = {op: {**spec, "n": sweep["n"]} for op, spec in sweep["ops"].items()}
     workloads = random_sweep(ops, ["float32"], cfg.seed, sweep["max_flops"], sweep["max_bytes"])
-    key = hashlib.sha256(json.dumps([sweep, cfg.seed, backend.hardware.id, backend.min_run_time],
-                                    sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps([sweep, cfg.seed, backend.hardware.id, backend.min_run_time], sort_keys=True).encode()
+    ).hexdigest()[:16]
     path = out / cfg.cache_dir / f"kernels-{key}.parquet"
     if cfg.cache and path.exists():
         rows = pd.read_parquet(path)
@@ -89,40 +91,71 @@ def kernel_model(cfg: DictConfig, backend, registry, out) -> str:
     model.fit(TabularFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float))
     directory = out / "kernel_models" / f"{type(model).__name__}-{key}"
     model.save(directory)
-    report.console.print(f"kernel model of record: {type(model).__name__} fitted on {len(rows)} swept kernels "
-                         f"({len(ops)} ops) -> {directory}")
+    report.console.print(
+        f"kernel model of record: {type(model).__name__} fitted on {len(rows)} swept kernels "
+        f"({len(ops)} ops) -> {directory}"
+    )
     return str(directory)
 
 
 def run(cfg: DictConfig) -> tuple[experiment.Experiment, float]:
-    out, registry, target = experiment.output_dir(cfg), experiment.hardware_registry(cfg), \
-        experiment.Target.from_config(cfg.target)
+    out, registry, target = (
+        experiment.output_dir(cfg),
+        experiment.hardware_registry(cfg),
+        experiment.Target.from_config(cfg.target),
+    )
     options = {k: v for k, v in OmegaConf.to_container(cfg.backend, resolve=True).items() if k != "name"}
-    [backend] = make_backends(cfg.backend.name, experiment.load_option("collect/backend", cfg.backend.name),
-                              OmegaConf.create(options), registry)
+    [backend] = make_backends(
+        cfg.backend.name,
+        experiment.load_option("collect/backend", cfg.backend.name),
+        OmegaConf.create(options),
+        registry,
+    )
     t0 = time.perf_counter()
-    nets, layers, spec, hit = collect_cached(network_grid(OmegaConf.to_container(cfg[cfg.grid], resolve=True)),
-                                             backend, out / cfg.cache_dir if cfg.cache else None, annotate=with_mlir)
+    nets, layers, spec, hit = collect_cached(
+        network_grid(OmegaConf.to_container(cfg[cfg.grid], resolve=True)),
+        backend,
+        out / cfg.cache_dir if cfg.cache else None,
+        annotate=with_mlir,
+    )
     registry.add(spec)
-    report.console.print(f"{'cached' if hit else 'measured'} {len(nets)} networks and {len(layers)} distinct layers on "
-                         f"{spec.id} ({time.perf_counter() - t0:.1f} s incl. MLIR export)")
+    report.console.print(
+        f"{'cached' if hit else 'measured'} {len(nets)} networks and {len(layers)} distinct layers on "
+        f"{spec.id} ({time.perf_counter() - t0:.1f} s incl. MLIR export)"
+    )
     if needs_kernel_model(cfg):
         path = kernel_model(cfg, backend, registry, out)
         with open_dict(cfg):
             cfg.kernel_model_path = path
     described = nets.drop(columns=["mlir"])
     described = described.astype({c: str for c in described.columns if described[c].dtype == object})
-    params = {"grid": cfg.grid, "hardware": spec.id, "n_networks": len(nets), "n_layers": len(layers),
-              "measurements_cached": hit, "graph": OmegaConf.to_container(cfg.graph), "execution": cfg.execution}
-    exp = experiment.run_experiment(cfg, nets, registry, target, folds=folds(cfg, nets), context={"layers": layers},
-                                    dataset={"rows": described, "source": "pipelines.networks",
-                                             "digest": experiment.dataset_digest(nets)},
-                                    params=params, note=report.console.print)
+    params = {
+        "grid": cfg.grid,
+        "hardware": spec.id,
+        "n_networks": len(nets),
+        "n_layers": len(layers),
+        "measurements_cached": hit,
+        "graph": OmegaConf.to_container(cfg.graph),
+        "execution": cfg.execution,
+    }
+    exp = experiment.run_experiment(
+        cfg,
+        nets,
+        registry,
+        target,
+        folds=folds(cfg, nets),
+        context={"layers": layers},
+        dataset={"rows": described, "source": "pipelines.networks", "digest": experiment.dataset_digest(nets)},
+        params=params,
+        note=report.console.print,
+    )
     score = experiment.mean_over_splits(exp, cfg.objective.model, cfg.objective.metric)
     tracking.log_metrics(exp.results[cfg.objective.model].run_id, {f"objective/all/{cfg.objective.metric}": score})
     report.networks(exp, f"whole networks on {spec.id} ({target.name})")
-    report.console.print(f"objective: mean {cfg.objective.metric} of {cfg.objective.model} over "
-                         f"{len(exp.eval_splits)} split(s) = {score:.2f}")
+    report.console.print(
+        f"objective: mean {cfg.objective.metric} of {cfg.objective.model} over "
+        f"{len(exp.eval_splits)} split(s) = {score:.2f}"
+    )
     report.registered(exp, cfg)
     return exp, score
 

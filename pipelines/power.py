@@ -13,6 +13,7 @@ shapes and scored on the held-out shapes (``test``); the best on unseen-shape po
 ``costmodel-power``. Only one GPU is measured, so transfer to another GPU cannot be validated here: the spec-only
 predictions show that the models produce them from specs alone, nothing more.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,13 +39,21 @@ def run(cfg: DictConfig) -> experiment.Experiment:
     registry, target = experiment.hardware_registry(cfg), experiment.Target.from_config(cfg.target)
     rows, _ = experiment.rows_with_target(import_hopper(cfg.data_root, registry), target, ["import"])
     floor_by, floor_all = noise_floor(rows, target.columns), noise_floor(rows, target.columns, by=None).iloc[0]
-    report.console.print(f"imported {len(rows)} H200 rows ({rows['shape_id'].nunique()} shapes, "
-                         f"{rows['family'].nunique()} op families) from {cfg.data_root or 'shared/data'}/hopper; "
-                         f"multi_target={cfg.multi_target}")
+    report.console.print(
+        f"imported {len(rows)} H200 rows ({rows['shape_id'].nunique()} shapes, "
+        f"{rows['family'].nunique()} op families) from {cfg.data_root or 'shared/data'}/hopper; "
+        f"multi_target={cfg.multi_target}"
+    )
     exp = experiment.run_experiment(
-        cfg, rows, registry, target, extras=report.power_extras(rows, floor_by, floor_all), note=report.console.print,
+        cfg,
+        rows,
+        registry,
+        target,
+        extras=report.power_extras(rows, floor_by, floor_all),
+        note=report.console.print,
         params=tracking.flat_params(cfg, ["split", "interval"]) | {"seed": cfg.seed, "multi_target": cfg.multi_target},
-        tags={"dataset": "hopper/h200_kernels.csv", "multi_target": cfg.multi_target})
+        tags={"dataset": "hopper/h200_kernels.csv", "multi_target": cfg.multi_target},
+    )
     best = exp.results[exp.best].fits["test"].calibrated
     spec = spec_only(best.model, registry, list(cfg.spec_only_hardware), dict(zip(target.columns, best.q)))
     report.power(exp, cfg, rows, floor_all, spec, time.perf_counter() - t0)

@@ -10,6 +10,7 @@ Collects the rows of ``collect.backends``, keeps those that have the target, the
 (``pipelines.experiment.run_experiment``) fits, calibrates, scores, logs and registers; ``pipelines.report`` prints.
 A target no collected row has, or an unknown backend or split, is one error line and exit status 2.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,16 +51,23 @@ def run(cfg: DictConfig) -> experiment.Experiment:
         here = (rows["backend"] != "reference").to_numpy()  # the pack's replayed rows: thousands of shapes, no MLIR
         part, stats = attach_mlir(rows[here], out / cfg.features.mlir.store, progress=cfg.progress)
         rows.loc[here, "mlir_sha256"] = part["mlir_sha256"].to_numpy()
-        report.console.print(f"MLIR: {stats['distinct']} distinct workloads, {stats['exported']} exported, "
-                             f"{stats['failed']} failed ({stats['seconds']:.1f} s) -> {out / cfg.features.mlir.store}")
+        report.console.print(
+            f"MLIR: {stats['distinct']} distinct workloads, {stats['exported']} exported, "
+            f"{stats['failed']} failed ({stats['seconds']:.1f} s) -> {out / cfg.features.mlir.store}"
+        )
     digest = dataset_hash(rows)
     path = write_dataset(rows, out / "datasets" / f"measurements-{time.strftime('%Y%m%d-%H%M%S')}-{digest[:8]}.parquet")
     ok, note = experiment.rows_with_target(rows, target, cfg.collect.backends)
     report.collected(rows, path, note)
     exp = experiment.run_experiment(
-        cfg, ok, registry, target, dataset={"rows": rows, "source": str(path), "digest": digest},
+        cfg,
+        ok,
+        registry,
+        target,
+        dataset={"rows": rows, "source": str(path), "digest": digest},
         params=tracking.flat_params(cfg, ["collect", "split", "interval"]) | {"target": target.name, "seed": cfg.seed},
-        note=report.console.print)
+        note=report.console.print,
+    )
     report.main_job(exp, cfg, time.perf_counter() - t0)
     return exp
 

@@ -14,6 +14,7 @@ The app is MLflow's own scoring server (``mlflow.pyfunc.scoring_server.init``: `
 * predictions are written by pandas' JSON writer (``{"predictions": [records]}``, the same document) instead of
   MLflow's per-value encoder, which dominates a large batch's time.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,11 @@ def build_app(model):
         if response.status_code < 400:
             return response
         body = b"".join([chunk async for chunk in response.body_iterator])
-        return Response(content=error_body(body, response.status_code), status_code=response.status_code,
-                        media_type="application/json")
+        return Response(
+            content=error_body(body, response.status_code),
+            status_code=response.status_code,
+            media_type="application/json",
+        )
 
     return app
 

@@ -26,6 +26,7 @@ Only a champion that cannot be loaded (its files or code are gone or broken) or 
 loses its alias without a comparison (:class:`ChampionUnusable`); any other error (a locked database, a timeout, a
 server error) fails the registration loudly and leaves the alias where it was.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -93,7 +94,7 @@ def _experiment(client: MlflowClient, name: str, location: str | None) -> str:
 
 
 LOCK_TIMEOUT_S = 900.0  # how long a job waits for another job's registration (a re-score takes seconds)
-LOCK_STALE_S = 600.0    # a registry lock unchanged this long is a dead job's: broken
+LOCK_STALE_S = 600.0  # a registry lock unchanged this long is a dead job's: broken
 
 
 class RegistryBusy(RuntimeError):
@@ -129,8 +130,13 @@ def store_lock(uri: str, timeout_s: float = LOCK_TIMEOUT_S):
 
 
 @contextlib.contextmanager
-def registry_lock(client: MlflowClient, name: str, timeout_s: float = LOCK_TIMEOUT_S, stale_s: float = LOCK_STALE_S,
-                  poll_s: float = 0.2):
+def registry_lock(
+    client: MlflowClient,
+    name: str,
+    timeout_s: float = LOCK_TIMEOUT_S,
+    stale_s: float = LOCK_STALE_S,
+    poll_s: float = 0.2,
+):
     """A mutex held in the registry: the registered model ``<name>.lock`` (creating a name is atomic on every
     backend; a second creation fails with RESOURCE_ALREADY_EXISTS). Its tags say who holds it. A lock that stays
     the same entry for ``stale_s`` seconds of this job's waiting is a dead job's and is broken (timed on this
@@ -140,8 +146,9 @@ def registry_lock(client: MlflowClient, name: str, timeout_s: float = LOCK_TIMEO
     start, seen = time.monotonic(), {}
     while True:
         try:
-            client.create_registered_model(lock, tags={"owner": owner},
-                                           description=f"held while a job moves an alias of {name}; see tracking.py")
+            client.create_registered_model(
+                lock, tags={"owner": owner}, description=f"held while a job moves an alias of {name}; see tracking.py"
+            )
             break
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
@@ -158,8 +165,10 @@ def registry_lock(client: MlflowClient, name: str, timeout_s: float = LOCK_TIMEO
                 client.delete_registered_model(lock)
             continue
         if time.monotonic() - start > timeout_s:
-            raise RegistryBusy(f"registry lock {lock!r} held by {held.tags.get('owner', '?')} for more than "
-                               f"{timeout_s:.0f} s (delete that registered model if its job died)")
+            raise RegistryBusy(
+                f"registry lock {lock!r} held by {held.tags.get('owner', '?')} for more than "
+                f"{timeout_s:.0f} s (delete that registered model if its job died)"
+            )
         time.sleep(poll_s * (1 + random.random()))
     try:
         yield
@@ -212,8 +221,9 @@ def machine() -> str:
             model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), model)
     except OSError:
         pass
-    return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-            f"python {platform.python_version()}")
+    return (
+        f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, python {platform.python_version()}"
+    )
 
 
 def _metric_key(key: str) -> str:
@@ -229,8 +239,12 @@ def sweep_trial_tags(name: str) -> dict[str, str]:
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return {}
     hc = HydraConfig.get()
-    return {"sweep_trial": str(hc.job.num), "sweep_dir": str(hc.sweep.dir),
-            "sweep_overrides": " ".join(hc.overrides.task)[:5000], "mlflow.runName": f"{name}-trial{hc.job.num}"}
+    return {
+        "sweep_trial": str(hc.job.num),
+        "sweep_dir": str(hc.sweep.dir),
+        "sweep_overrides": " ".join(hc.overrides.task)[:5000],
+        "mlflow.runName": f"{name}-trial{hc.job.num}",
+    }
 
 
 @dataclass
@@ -250,8 +264,16 @@ class Served:
     input_example: pd.DataFrame
 
 
-def log_run(name: str, *, metrics: dict[str, float], params: dict, tags: dict, files=None, dataset: dict | None = None,
-            served: Served | None = None) -> Logged:
+def log_run(
+    name: str,
+    *,
+    metrics: dict[str, float],
+    params: dict,
+    tags: dict,
+    files=None,
+    dataset: dict | None = None,
+    served: Served | None = None,
+) -> Logged:
     """One MLflow run: ``tags``, ``params`` (+ ``model.name``), ``metrics`` (flat ``<split>/<scope>/<metric>`` keys;
     None values are left out), the ``eval/`` files ``files(directory) -> (more metrics, paths)`` writes, the
     ``dataset`` (``{"rows", "source", "digest"}``) as its input, and ``served`` as the pyfunc ``model``.
@@ -266,8 +288,12 @@ def log_run(name: str, *, metrics: dict[str, float], params: dict, tags: dict, f
         mlflow.set_tags({k: str(v) for k, v in {**tags, **trial, "machine": machine()}.items()})
         mlflow.log_params({**{k: str(v) for k, v in params.items()}, "model.name": name})
         if dataset is not None:
-            mlflow.log_input(mlflow.data.from_pandas(dataset["rows"], source=dataset["source"], name="measurements",
-                                                     digest=dataset["digest"][:36]), context="training")
+            mlflow.log_input(
+                mlflow.data.from_pandas(
+                    dataset["rows"], source=dataset["source"], name="measurements", digest=dataset["digest"][:36]
+                ),
+                context="training",
+            )
         metrics = dict(metrics)
         if files is not None:
             (tmp / "eval").mkdir()
@@ -276,16 +302,23 @@ def log_run(name: str, *, metrics: dict[str, float], params: dict, tags: dict, f
             for f in paths:
                 mlflow.log_artifact(str(f), artifact_path="eval")
         stamp = int(time.time() * 1000)
-        batch = [mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0)
-                 for k, v in metrics.items() if v is not None]
+        batch = [
+            mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0) for k, v in metrics.items() if v is not None
+        ]
         for i in range(0, len(batch), 900):  # MLflow's batch limit is 1000 metrics
-            mlflow.MlflowClient().log_batch(run.info.run_id, metrics=batch[i:i + 900])
+            mlflow.MlflowClient().log_batch(run.info.run_id, metrics=batch[i : i + 900])
         if served is None:
             return Logged(run.info.run_id)
         artifacts = write_artifacts(tmp / "pyfunc", served.model, served.registry, served.meta)
-        info = mlflow.pyfunc.log_model(name="model", python_model=CostModelPyfunc(), artifacts=artifacts,
-                                       code_paths=code_paths(tmp / "code"), signature=signature(served.meta),
-                                       input_example=served.input_example, pip_requirements=pip_requirements())
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=CostModelPyfunc(),
+            artifacts=artifacts,
+            code_paths=code_paths(tmp / "code"),
+            signature=signature(served.meta),
+            input_example=served.input_example,
+            pip_requirements=pip_requirements(),
+        )
         mlflow.set_tag("model_uri", info.model_uri)
         return Logged(run.info.run_id, f"runs:/{run.info.run_id}/model" if info.model_uri is None else info.model_uri)
 
@@ -293,15 +326,24 @@ def log_run(name: str, *, metrics: dict[str, float], params: dict, tags: dict, f
 def log_metrics(run_id: str, metrics: dict[str, float]) -> None:
     """Add metrics to a finished run (e.g. a sweep's objective, known once every model is scored)."""
     stamp = int(time.time() * 1000)
-    mlflow.MlflowClient().log_batch(run_id, metrics=[mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0)
-                                                     for k, v in metrics.items() if v is not None])
+    mlflow.MlflowClient().log_batch(
+        run_id,
+        metrics=[
+            mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0) for k, v in metrics.items() if v is not None
+        ],
+    )
 
 
 def split_identity(name: str, seed: int, test_size: float, dataset_digest: str, heldout_shape_ids) -> dict[str, str]:
     """What makes two held-out evaluations comparable: the split rule, its inputs, and the rows it held out."""
     shapes = "\n".join(sorted({str(s) for s in heldout_shape_ids}))
-    return {"split_name": str(name), "split_seed": str(seed), "split_test_size": str(test_size),
-            "dataset_sha256": dataset_digest, "heldout_shapes_sha256": hashlib.sha256(shapes.encode()).hexdigest()}
+    return {
+        "split_name": str(name),
+        "split_seed": str(seed),
+        "split_test_size": str(test_size),
+        "dataset_sha256": dataset_digest,
+        "heldout_shapes_sha256": hashlib.sha256(shapes.encode()).hexdigest(),
+    }
 
 
 @dataclass
@@ -395,8 +437,18 @@ def _champion(client: MlflowClient, name: str, alias: str):
     return None if version is None else client.get_model_version(name, str(version))
 
 
-def register(model_uri: str, name: str, alias: str, metrics: dict[str, float], *, split: dict[str, str],
-             heldout: pd.DataFrame, target: str, select_metric: str, model_name: str = "") -> Decision:
+def register(
+    model_uri: str,
+    name: str,
+    alias: str,
+    metrics: dict[str, float],
+    *,
+    split: dict[str, str],
+    heldout: pd.DataFrame,
+    target: str,
+    select_metric: str,
+    model_name: str = "",
+) -> Decision:
     """Register ``model_uri`` as a new version of ``name``; move ``alias`` only if it beats the champion.
 
     ``metrics`` are the held-out metrics over all hardware, ``split`` the split identity
@@ -404,30 +456,37 @@ def register(model_uri: str, name: str, alias: str, metrics: dict[str, float], *
     The comparison and the alias move happen under :func:`champion_lock`, against the champion of that moment.
     """
     client = MlflowClient()
-    tags = {f"test_{k}": f"{v:.6g}" for k, v in metrics.items()} | split | {"select_metric": select_metric,
-                                                                             "model": model_name}
+    tags = (
+        {f"test_{k}": f"{v:.6g}" for k, v in metrics.items()}
+        | split
+        | {"select_metric": select_metric, "model": model_name}
+    )
     version = mlflow.register_model(model_uri, name, tags=tags).version
     with champion_lock(client, name, mlflow.get_registry_uri()):
         current = _champion(client, name, alias)
         try:
-            promoted, reason, compared = _decide(current, metrics[select_metric], name, alias, split, heldout,
-                                                 target, select_metric)
+            promoted, reason, compared = _decide(
+                current, metrics[select_metric], name, alias, split, heldout, target, select_metric
+            )
         except Exception as exc:  # not decided: say so on the version (if the store answers), keep the alias
             with contextlib.suppress(Exception):
-                client.set_model_version_tag(name, version, "champion_decision",
-                                             f"not decided, alias @{alias} kept ({_line(exc)})")
+                client.set_model_version_tag(
+                    name, version, "champion_decision", f"not decided, alias @{alias} kept ({_line(exc)})"
+                )
             raise
         for key, value in compared.items():
             client.set_model_version_tag(name, version, key, value)
         client.set_model_version_tag(name, version, "champion_decision", reason)
         if promoted:
             client.set_registered_model_alias(name, alias, version)
-    return Decision(version=version, promoted=promoted, reason=reason,
-                    previous=None if current is None else current.version)
+    return Decision(
+        version=version, promoted=promoted, reason=reason, previous=None if current is None else current.version
+    )
 
 
-def _decide(current, new_value: float, name: str, alias: str, split: dict, heldout: pd.DataFrame, target: str,
-            metric: str) -> tuple[bool, str, dict[str, str]]:
+def _decide(
+    current, new_value: float, name: str, alias: str, split: dict, heldout: pd.DataFrame, target: str, metric: str
+) -> tuple[bool, str, dict[str, str]]:
     """(promoted, reason, tags recording the comparison) of a challenger scoring ``new_value`` against ``current``."""
     if current is None:
         return True, f"first version with alias @{alias}", {}
@@ -441,8 +500,9 @@ def _decide(current, new_value: float, name: str, alias: str, split: dict, heldo
             return True, f"champion v{current.version} {exc}: promoted", {}
         how = f"champion re-evaluated on this run's held-out rows (n={n})"
     promoted = _better(metric, new_value, old_value)
-    reason = (f"{metric} {new_value:.4g} vs champion v{current.version} {old_value:.4g} ({how}): "
-              + ("promoted" if promoted else "champion kept"))
+    reason = f"{metric} {new_value:.4g} vs champion v{current.version} {old_value:.4g} ({how}): " + (
+        "promoted" if promoted else "champion kept"
+    )
     return promoted, reason, {f"champion_{metric}": f"{old_value:.6g}", "champion_compared_on": how}
 
 
@@ -458,13 +518,33 @@ def list_versions(name: str | None = None) -> pd.DataFrame:
             aliases.setdefault(str(v), []).append(a)
         for mv in client.search_model_versions(f"name='{rm.name}'"):
             t = mv.tags
-            split = (f"{t['split_name']}/seed={t.get('split_seed')}/test={t.get('split_test_size')}/"
-                     f"{t.get('heldout_shapes_sha256', '')[:8]}" if "split_name" in t else "")
-            rows.append({"name": rm.name, "version": int(mv.version),
-                         "aliases": ",".join(sorted(aliases.get(str(mv.version), []))) or "-",
-                         "model": t.get("model", ""), **{f"test_{k}": t.get(f"test_{k}", "")
-                                                         for k in ("mape", "medape", "kendall_tau", "coverage90")},
-                         "split": split, "decision": t.get("champion_decision", "")})
-    cols = ["name", "version", "aliases", "model", "test_mape", "test_medape", "test_kendall_tau", "test_coverage90",
-            "split", "decision"]
+            split = (
+                f"{t['split_name']}/seed={t.get('split_seed')}/test={t.get('split_test_size')}/"
+                f"{t.get('heldout_shapes_sha256', '')[:8]}"
+                if "split_name" in t
+                else ""
+            )
+            rows.append(
+                {
+                    "name": rm.name,
+                    "version": int(mv.version),
+                    "aliases": ",".join(sorted(aliases.get(str(mv.version), []))) or "-",
+                    "model": t.get("model", ""),
+                    **{f"test_{k}": t.get(f"test_{k}", "") for k in ("mape", "medape", "kendall_tau", "coverage90")},
+                    "split": split,
+                    "decision": t.get("champion_decision", ""),
+                }
+            )
+    cols = [
+        "name",
+        "version",
+        "aliases",
+        "model",
+        "test_mape",
+        "test_medape",
+        "test_kendall_tau",
+        "test_coverage90",
+        "split",
+        "decision",
+    ]
     return pd.DataFrame(rows, columns=cols).sort_values(["name", "version"], ignore_index=True)

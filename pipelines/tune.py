@@ -25,6 +25,7 @@ The loop is :func:`models.tuning.tune` (bootstrap XGBoost ensemble, Thompson sam
 are the tunables themselves (numbers as numbers, other values as category codes). Defaults: ``conf/tune.yaml``.
 Bad input is a ``ValueError`` naming the problem (the CLI prints it as one line and exits with status 2).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -45,8 +46,18 @@ from omegaconf.errors import OmegaConfBaseException
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "tune.yaml"
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-_SAFE = {"min": min, "max": max, "abs": abs, "int": int, "float": float, "round": round, "math": math,
-         "len": len, "True": True, "False": False}
+_SAFE = {
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "int": int,
+    "float": float,
+    "round": round,
+    "math": math,
+    "len": len,
+    "True": True,
+    "False": False,
+}
 
 
 def defaults() -> dict:
@@ -59,6 +70,7 @@ def defaults() -> dict:
 class Space:
     """The candidate configurations (one row each, the tunables as columns) and, for a replayed cache, the
     recorded runtimes (NaN = failed when recorded)."""
+
     configs: pd.DataFrame
     recorded_ms: np.ndarray | None = None
     source: str = ""
@@ -158,8 +170,12 @@ def load_cache_space(path: str | Path) -> Space:
         configs.append({k: entry.get(k) for k in keys})
         t = entry.get("time")
         times.append(float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 else np.nan)
-    return Space(pd.DataFrame(configs, columns=keys), np.array(times, float), str(path),
-                 {"device": doc.get("device_name"), "kernel": doc.get("kernel_name")})
+    return Space(
+        pd.DataFrame(configs, columns=keys),
+        np.array(times, float),
+        str(path),
+        {"device": doc.get("device_name"), "kernel": doc.get("kernel_name")},
+    )
 
 
 def parse_runtime(stdout: str) -> float:
@@ -172,8 +188,9 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-def command_measure(command: str, configs: pd.DataFrame, timeout_s: float | None = 60.0,
-                    log: Callable[[str], None] | None = None) -> Callable[[np.ndarray], np.ndarray]:
+def command_measure(
+    command: str, configs: pd.DataFrame, timeout_s: float | None = 60.0, log: Callable[[str], None] | None = None
+) -> Callable[[np.ndarray], np.ndarray]:
     """A ``measure(indices)`` for :func:`models.tuning.tune` that runs ``command`` (a shell command line) once per
     configuration, the configuration as JSON on stdin; a failure (see the module doc) is NaN."""
     if not command or not str(command).strip():
@@ -184,8 +201,15 @@ def command_measure(command: str, configs: pd.DataFrame, timeout_s: float | None
         for i in np.asarray(indices, int):
             config = {k: _plain(v) for k, v in configs.iloc[i].items()}
             try:
-                done = subprocess.run(command, check=False, shell=True, input=json.dumps(config), capture_output=True,
-                                      text=True, timeout=timeout_s)
+                done = subprocess.run(
+                    command,
+                    check=False,
+                    shell=True,
+                    input=json.dumps(config),
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout_s,
+                )
                 ms = parse_runtime(done.stdout) if done.returncode == 0 else float("nan")
                 why = f"exit {done.returncode}" if done.returncode else ("no number printed" if np.isnan(ms) else "")
             except subprocess.TimeoutExpired:
@@ -230,7 +254,7 @@ def prior_scores(path: str | Path, space: Space, seed: int = 0) -> np.ndarray:
     y = prior["runtime_ms"].astype(float)
     rel = (y / y.groupby(groups).transform("min")).to_numpy(float)
     both = encode(pd.concat([space.configs, prior[list(space.configs.columns)]], ignore_index=True))
-    X_space, X_prior = both.iloc[: len(space.configs)], both.iloc[len(space.configs):]
+    X_space, X_prior = both.iloc[: len(space.configs)], both.iloc[len(space.configs) :]
     model = default_model_factory(seed).fit(X_prior.reset_index(drop=True), rel)
     return np.asarray(model.predict(X_space), float)
 
@@ -246,14 +270,23 @@ def budget_count(budget: float, n: int) -> int:
 class TuneRun:
     """A finished run: the history (configs + step, batch, runtime_ms, predicted_ms, reason, status), the best
     configuration and the summary metrics."""
+
     history: pd.DataFrame
     best_config: dict
     summary: dict
 
 
-def run_tune(space: Space, measure: Callable | None = None, budget: float = 50, batch: int = 5,
-             strategy: str = "thompson", seed: int = 0, prior: np.ndarray | None = None, n_models: int = 4,
-             min_fit: int = 8) -> TuneRun:
+def run_tune(
+    space: Space,
+    measure: Callable | None = None,
+    budget: float = 50,
+    batch: int = 5,
+    strategy: str = "thompson",
+    seed: int = 0,
+    prior: np.ndarray | None = None,
+    n_models: int = 4,
+    min_fit: int = 8,
+) -> TuneRun:
     """Tune ``space`` with ``measure`` (default: replay ``space.recorded_ms``)."""
     from models.tuning import tune
 
@@ -269,8 +302,9 @@ def run_tune(space: Space, measure: Callable | None = None, budget: float = 50, 
         def measure(indices):
             return recorded[np.asarray(indices, int)]
 
-    result = tune(space.features, measure, count, batch, strategy, seed, prior=prior, n_models=n_models,
-                  min_fit=min_fit)
+    result = tune(
+        space.features, measure, count, batch, strategy, seed, prior=prior, n_models=n_models, min_fit=min_fit
+    )
     h = result.history
     configs = space.configs.iloc[h["index"].to_numpy()].reset_index(drop=True)
     history = pd.concat([h, configs], axis=1)
@@ -283,8 +317,11 @@ def run_tune(space: Space, measure: Callable | None = None, budget: float = 50, 
     summary["best_ms"] = float(best["runtime_ms"])
     if space.recorded_ms is not None and np.isfinite(space.recorded_ms).any():
         best_recorded = float(np.nanmin(space.recorded_ms))
-        summary.update(best_recorded_ms=best_recorded, ratio_to_best=summary["best_ms"] / best_recorded,
-                       measurements_to_within_2pct=result.measurements_to_within(best_recorded, 0.02))
+        summary.update(
+            best_recorded_ms=best_recorded,
+            ratio_to_best=summary["best_ms"] / best_recorded,
+            measurements_to_within_2pct=result.measurements_to_within(best_recorded, 0.02),
+        )
     return TuneRun(history, {c: _plain(best[c]) for c in space.configs.columns}, summary)
 
 
@@ -300,9 +337,21 @@ def _write_history(history: pd.DataFrame, path: Path) -> None:
         raise ValueError(f"unsupported output {path.name!r}: use .csv, .jsonl or .json")
 
 
-def run_from_options(space_path=None, cache=None, measure=None, budget=50, batch=5, strategy="thompson",
-                     prior=None, seed=0, timeout_s=60.0, output=None, n_models=4, min_fit=8,
-                     log: Callable[[str], None] = print) -> tuple[TuneRun, Space]:
+def run_from_options(
+    space_path=None,
+    cache=None,
+    measure=None,
+    budget=50,
+    batch=5,
+    strategy="thompson",
+    prior=None,
+    seed=0,
+    timeout_s=60.0,
+    output=None,
+    n_models=4,
+    min_fit=8,
+    log: Callable[[str], None] = print,
+) -> tuple[TuneRun, Space]:
     """What ``costmodel tune`` and ``python -m pipelines.tune`` run: load, check, tune, write ``output``."""
     if bool(space_path) == bool(cache):
         raise ValueError("give exactly one of --space (with --measure) or --cache")
@@ -335,8 +384,10 @@ def print_run(run: TuneRun, space: Space, out=print) -> None:
         return
     out(f"best: {json.dumps(run.best_config)} {s['best_ms']:.6g} ms")
     if "best_recorded_ms" in s:
-        out(f"replay: best recorded {s['best_recorded_ms']:.6g} ms; found / best recorded = {s['ratio_to_best']:.4f}; "
-            f"measurements to within 2 %: {s['measurements_to_within_2pct']:g}")
+        out(
+            f"replay: best recorded {s['best_recorded_ms']:.6g} ms; found / best recorded = {s['ratio_to_best']:.4f}; "
+            f"measurements to within 2 %: {s['measurements_to_within_2pct']:g}"
+        )
 
 
 def cli(args) -> int:
@@ -344,13 +395,28 @@ def cli(args) -> int:
     import sys
 
     d = defaults()  # options left out take conf/tune.yaml's values
-    for option, key in (("budget", "budget"), ("batch", "batch"), ("strategy", "strategy"), ("seed", "seed"),
-                        ("timeout", "timeout_s")):
+    for option, key in (
+        ("budget", "budget"),
+        ("batch", "batch"),
+        ("strategy", "strategy"),
+        ("seed", "seed"),
+        ("timeout", "timeout_s"),
+    ):
         if getattr(args, option) is None:
             setattr(args, option, d[key])
-    run, space = run_from_options(args.space, args.cache, args.measure, args.budget, args.batch, args.strategy,
-                                  args.prior, args.seed, args.timeout, args.output,
-                                  log=lambda m: print(f"costmodel: warning: {m}", file=sys.stderr))
+    run, space = run_from_options(
+        args.space,
+        args.cache,
+        args.measure,
+        args.budget,
+        args.batch,
+        args.strategy,
+        args.prior,
+        args.seed,
+        args.timeout,
+        args.output,
+        log=lambda m: print(f"costmodel: warning: {m}", file=sys.stderr),
+    )
     print_run(run, space)
     return 0 if run.best_config else 1
 
@@ -369,8 +435,20 @@ def main_hydra() -> None:
 
         out = Path(cfg.paths.output_dir)
         try:
-            run, space = run_from_options(cfg.space, cfg.cache, cfg.measure, cfg.budget, cfg.batch, cfg.strategy,
-                                          cfg.prior, cfg.seed, cfg.timeout_s, cfg.output, cfg.n_models, cfg.min_fit)
+            run, space = run_from_options(
+                cfg.space,
+                cfg.cache,
+                cfg.measure,
+                cfg.budget,
+                cfg.batch,
+                cfg.strategy,
+                cfg.prior,
+                cfg.seed,
+                cfg.timeout_s,
+                cfg.output,
+                cfg.n_models,
+                cfg.min_fit,
+            )
         except ValueError as exc:
             print(f"pipelines.tune: error: {exc}", file=sys.stderr)
             sys.exit(2)
@@ -384,9 +462,13 @@ def main_hydra() -> None:
             return {}, [path]
 
         params = {k: cfg[k] for k in ("space", "cache", "measure", "budget", "batch", "strategy", "prior", "seed")}
-        logged = tracking.log_run("tune", metrics={f"tune/{name}/{k}": v for k, v in run.summary.items()},
-                                  params=params, tags={"source": space.source, **{k: str(v) for k, v in
-                                                                                  space.meta.items()}}, files=files)
+        logged = tracking.log_run(
+            "tune",
+            metrics={f"tune/{name}/{k}": v for k, v in run.summary.items()},
+            params=params,
+            tags={"source": space.source, **{k: str(v) for k, v in space.meta.items()}},
+            files=files,
+        )
         print(f"MLflow run {logged.run_id}")
 
     _main()

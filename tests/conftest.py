@@ -19,8 +19,10 @@ def pytest_collection_modifyitems(config, items):
     reason (``-ra`` prints it once, with their count), never errored and never passed silently."""
     if SHARED.is_dir():
         return
-    skip = pytest.mark.skip(reason=f"shared_data: {SHARED} is missing (the public datasets these tests read in "
-                                   "place; set COSTMODEL_SHARED_DATA to their folder)")
+    skip = pytest.mark.skip(
+        reason=f"shared_data: {SHARED} is missing (the public datasets these tests read in "
+        "place; set COSTMODEL_SHARED_DATA to their folder)"
+    )
     for item in items:
         if item.get_closest_marker("shared_data") is not None:
             item.add_marker(skip)
@@ -30,8 +32,11 @@ def _mlflow_uris():
     from mlflow.tracking._model_registry import utils as registry_utils
     from mlflow.tracking._tracking_service import utils as tracking_utils
 
-    return (tracking_utils._tracking_uri, registry_utils._registry_uri,
-            {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")})
+    return (
+        tracking_utils._tracking_uri,
+        registry_utils._registry_uri,
+        {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")},
+    )
 
 
 _BASELINE_URIS = _mlflow_uris()  # as the session starts, before any test or fixture sets one
@@ -63,9 +68,16 @@ def registry() -> HardwareRegistry:
 
 
 def run_entry(module: str, *overrides: str, out: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``python -m <module> <overrides> paths.output_dir=<out>`` from the repo root, everything generated under ``out``."""
-    return subprocess.run([sys.executable, "-m", module, *overrides, f"paths.output_dir={out}"], capture_output=True,
-                          text=True, cwd=ROOT, timeout=timeout, env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(out)})
+    """``python -m <module> <overrides> paths.output_dir=<out>`` from the repo root, everything generated under
+    ``out``."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *overrides, f"paths.output_dir={out}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, "COSTMODEL_OUTPUT_DIR": str(out)},
+    )
 
 
 def two_trial_sweep(module: str, *overrides: str, out: Path, experiment: str, run_prefix: str):
@@ -77,16 +89,23 @@ def two_trial_sweep(module: str, *overrides: str, out: Path, experiment: str, ru
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     uri = f"sqlite:///{out / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
-                              filter_string=f"tags.model = '{run_prefix}'")
+    runs = client.search_runs(
+        [client.get_experiment_by_name(experiment).experiment_id], filter_string=f"tags.model = '{run_prefix}'"
+    )
     assert sorted(r.data.tags["sweep_trial"] for r in runs) == ["0", "1"]
     assert sorted(r.info.run_name for r in runs) == [f"{run_prefix}-trial0", f"{run_prefix}-trial1"]
     return client, runs
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ recorded while a graph captures). Views launch nothing and allocate nothing. An 
 live tensors (freed when a tensor is garbage), tracks the peak (``max_memory_allocated``) and raises
 ``torch.cuda.OutOfMemoryError`` (torch's message) for an allocation beyond the device memory.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,7 +36,7 @@ from torch.utils.flop_counter import flop_registry
 
 _capturing: list = [None]
 _device: dict = {0: None}  # the FakeGpu work queue the timing primitives use
-_cuda: dict = {0: None}    # the FakeCudaDevice tensors on cuda run on
+_cuda: dict = {0: None}  # the FakeCudaDevice tensors on cuda run on
 
 
 def spin(seconds: float) -> None:
@@ -69,7 +70,7 @@ class FakeEvent:
     def synchronize(self):
         time.sleep(max(0.0, self.t - time.monotonic()))
 
-    def elapsed_time(self, end: "FakeEvent") -> float:
+    def elapsed_time(self, end: FakeEvent) -> float:
         return (end.t - self.t) * 1e3
 
 
@@ -118,13 +119,14 @@ def patch(monkeypatch, device) -> None:
 @dataclass
 class FakeCudaDevice:
     """Spec, allocator and kernel cost model of one fake GPU; its work queue (and power) is ``gpu``."""
-    gpu: object                       # tests.fake_nvml.FakeGpu
+
+    gpu: object  # tests.fake_nvml.FakeGpu
     name: str = "NVIDIA H100 80GB HBM3"
     memory_bytes: float = 80 * 2**30
-    peak_flops: dict | None = None    # dtype name -> FLOP/s (float32 / float16 / bfloat16)
+    peak_flops: dict | None = None  # dtype name -> FLOP/s (float32 / float16 / bfloat16)
     bandwidth_bytes_s: float = 3.35e12
-    latency_s: float = 2e-6           # device time of an empty kernel
-    launch_s: float = 5e-6            # host time of one eager launch
+    latency_s: float = 2e-6  # device time of an empty kernel
+    launch_s: float = 5e-6  # host time of one eager launch
 
     def __post_init__(self):
         self.peak_flops = self.peak_flops or {"float32": 66.9e12, "float16": 989.4e12, "bfloat16": 989.4e12}
@@ -132,11 +134,16 @@ class FakeCudaDevice:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, spec, gpu, **kw) -> "FakeCudaDevice":
+    def from_spec(cls, spec, gpu, **kw) -> FakeCudaDevice:
         """The device of a registry spec (``data.hardware.HardwareSpec``): its name, memory, peaks, bandwidth."""
-        return cls(gpu, name=(spec.aliases or (spec.name,))[-1], memory_bytes=spec.memory_gb * 2**30,
-                   peak_flops={dt: spec.peak_flops(dt) for dt in ("float32", "float16", "bfloat16")},
-                   bandwidth_bytes_s=spec.bandwidth_bytes_s, **kw)
+        return cls(
+            gpu,
+            name=(spec.aliases or (spec.name,))[-1],
+            memory_bytes=spec.memory_gb * 2**30,
+            peak_flops={dt: spec.peak_flops(dt) for dt in ("float32", "float16", "bfloat16")},
+            bandwidth_bytes_s=spec.bandwidth_bytes_s,
+            **kw,
+        )
 
     def alloc(self, nbytes: int) -> None:
         with self._lock:
@@ -145,7 +152,8 @@ class FakeCudaDevice:
                 raise torch.cuda.OutOfMemoryError(
                     f"CUDA out of memory. Tried to allocate {nbytes / gib:.2f} GiB. GPU 0 has a total capacity of "
                     f"{self.memory_bytes / gib:.2f} GiB of which {(self.memory_bytes - self.allocated) / gib:.2f} GiB "
-                    f"is free. Of the allocated memory {self.allocated / gib:.2f} GiB is allocated by PyTorch")
+                    f"is free. Of the allocated memory {self.allocated / gib:.2f} GiB is allocated by PyTorch"
+                )
             self.allocated += nbytes
             self.peak = max(self.peak, self.allocated)
 
@@ -173,18 +181,24 @@ class CudaTensor(torch.Tensor):
     """A tensor on the fake GPU: a meta tensor inside (shape, dtype, strides), device time and memory outside."""
 
     @staticmethod
-    def __new__(cls, elem: torch.Tensor, base: "CudaTensor | None" = None, nbytes: int = 0):
-        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, strides=elem.stride(),
-                                                   storage_offset=elem.storage_offset(), dtype=elem.dtype,
-                                                   device="meta", requires_grad=elem.requires_grad)
+    def __new__(cls, elem: torch.Tensor, base: CudaTensor | None = None, nbytes: int = 0):
+        return torch.Tensor._make_wrapper_subclass(
+            cls,
+            elem.shape,
+            strides=elem.stride(),
+            storage_offset=elem.storage_offset(),
+            dtype=elem.dtype,
+            device="meta",
+            requires_grad=elem.requires_grad,
+        )
 
-    def __init__(self, elem: torch.Tensor, base: "CudaTensor | None" = None, nbytes: int = 0):
+    def __init__(self, elem: torch.Tensor, base: CudaTensor | None = None, nbytes: int = 0):
         self.elem, self._base_ref = elem, base  # a view keeps its base (and the base's memory) alive
         if nbytes:
             weakref.finalize(self, _cuda[0].free, nbytes)
 
     @classmethod
-    def allocate(cls, elem: torch.Tensor) -> "CudaTensor":
+    def allocate(cls, elem: torch.Tensor) -> CudaTensor:
         nbytes = elem.numel() * elem.element_size()
         _cuda[0].alloc(nbytes)
         return cls(elem, nbytes=nbytes)

@@ -15,6 +15,7 @@ read on a real board (all in real ``time.monotonic()`` seconds):
 
 :meth:`FakeGpu.true_power_w` and :meth:`FakeGpu.energy_j_at` are the ground truth the tests compare readings to.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -37,11 +38,24 @@ NVML_TEMPERATURE_GPU = 0
 
 
 class FakeGpu:
-    def __init__(self, busy_power_w: float = 700.0, idle_power_w: float = 70.0, tick_s: float = 0.1,
-                 has_counter: bool = True, sm_clock_mhz: float = 1980, max_sm_clock_mhz: float = 1980,
-                 mem_clock_mhz: float = 3201, temperature_c: float = 55, power_limit_w: float = 700.0,
-                 phase_s: float = 0.037, tick_jitter_s: float = 0.004, seed: int = 0,
-                 name: str = "NVIDIA H200", ramp_s: float = 0.03, sensor_window_s: float = 1.0):
+    def __init__(
+        self,
+        busy_power_w: float = 700.0,
+        idle_power_w: float = 70.0,
+        tick_s: float = 0.1,
+        has_counter: bool = True,
+        sm_clock_mhz: float = 1980,
+        max_sm_clock_mhz: float = 1980,
+        mem_clock_mhz: float = 3201,
+        temperature_c: float = 55,
+        power_limit_w: float = 700.0,
+        phase_s: float = 0.037,
+        tick_jitter_s: float = 0.004,
+        seed: int = 0,
+        name: str = "NVIDIA H200",
+        ramp_s: float = 0.03,
+        sensor_window_s: float = 1.0,
+    ):
         self.busy_power_w, self.idle_power_w, self.tick_s = busy_power_w, idle_power_w, tick_s
         self.has_counter = has_counter
         self.sm_clock_mhz, self.max_sm_clock_mhz, self.mem_clock_mhz = sm_clock_mhz, max_sm_clock_mhz, mem_clock_mhz

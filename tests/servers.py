@@ -1,4 +1,5 @@
 """Real MLflow servers on 127.0.0.1 for the serving and tracking-server tests: start, wait, stop."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-
 
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
 
@@ -45,8 +45,14 @@ def running(args: list[str], ready_path: str, port: int, log: Path, env: dict | 
     # the venv's bin first: MLflow execs ``uvicorn`` / ``gunicorn`` by name
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     with open(log, "w") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(env or {})},
-                                cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PATH": path, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base + ready_path, proc, log)
@@ -64,16 +70,51 @@ def running(args: list[str], ready_path: str, port: int, log: Path, env: dict | 
 def serve_model(model_uri: str, tracking_uri: str, log: Path):
     """``mlflow models serve`` in the local environment (the featurizer ships inside the model)."""
     port = free_port()
-    return running([MLFLOW, "models", "serve", "-m", model_uri, "--env-manager", "local", "-h", "127.0.0.1",
-                    "-p", str(port), "-w", "1"], "/ping", port, log, env={"MLFLOW_TRACKING_URI": tracking_uri})
+    return running(
+        [
+            MLFLOW,
+            "models",
+            "serve",
+            "-m",
+            model_uri,
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-w",
+            "1",
+        ],
+        "/ping",
+        port,
+        log,
+        env={"MLFLOW_TRACKING_URI": tracking_uri},
+    )
 
 
 def serve_costmodel(model_uri: str, tracking_uri: str, log: Path):
     """``costmodel serve`` (MLflow's scoring app with one-line error bodies, ``pipelines/serve.py``)."""
     port = free_port()
     root = Path(__file__).resolve().parent.parent
-    return running([sys.executable, "-m", "pipelines.cli", "serve", "--model", model_uri, "--tracking-uri",
-                    tracking_uri, "--port", str(port)], "/ping", port, log, cwd=root)
+    return running(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "serve",
+            "--model",
+            model_uri,
+            "--tracking-uri",
+            tracking_uri,
+            "--port",
+            str(port),
+        ],
+        "/ping",
+        port,
+        log,
+        cwd=root,
+    )
 
 
 def post_json(url: str, payload: bytes, content_type: str = "application/json") -> tuple[int, dict | str]:
@@ -113,18 +154,36 @@ print(json.dumps({"preds": preds.to_dict(orient="list"), "files": files}))
 """
 
 
-def predict_isolated(tracking_uri: str, model_uri: str, rows: list[dict], modules: list[str], cwd,
-                     decoys: Path | None = None) -> tuple:
+def predict_isolated(
+    tracking_uri: str, model_uri: str, rows: list[dict], modules: list[str], cwd, decoys: Path | None = None
+) -> tuple:
     """Predict ``rows`` with ``model_uri`` in a fresh ``python -I -S`` process without the project (or, with
     ``decoys``, with that folder's own ``data`` / ``features`` / ``models`` packages first on ``sys.path``); returns
     (predictions as a DataFrame, the files ``modules`` were imported from in that process)."""
-    import pandas as pd
     import sysconfig
 
+    import pandas as pd
+
     site = sysconfig.get_paths()["purelib"]
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED, site, tracking_uri, model_uri, json.dumps(rows),
-                           json.dumps(modules), str(decoys or "")],
-                          capture_output=True, text=True, cwd=cwd, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            ISOLATED,
+            site,
+            tracking_uri,
+            model_uri,
+            json.dumps(rows),
+            json.dumps(modules),
+            str(decoys or ""),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return pd.DataFrame(out["preds"]), out["files"]

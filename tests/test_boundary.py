@@ -1,6 +1,7 @@
 """Property tests over the input boundary (hypothesis): whatever a user sends as a workload frame, a CSV / JSON file
 or MLIR text, the answer is a valid feature frame or one ``FeatureError`` / ``WorkloadError`` line, never another
 exception (which the CLI would print as a traceback and the scoring server answer with a 5xx)."""
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,19 @@ LONGEST = 300 + max(len(", ".join(OPS)), len(", ".join(REGISTRY.ids)))
 FAST = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 huge = st.sampled_from([10**9, 10**12, 10**18, 2**63 - 1, 2**63, 10**23, 10**30, -(2**63), -1, 0])
-weird = st.one_of(huge, st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
-                  st.text(max_size=8), st.just("x" * 5000), st.just("true"), st.just("64"), st.just(" 7 "),
-                  st.lists(st.integers(0, 3), max_size=2), st.decimals(allow_nan=False, allow_infinity=False))
+weird = st.one_of(
+    huge,
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=8),
+    st.just("x" * 5000),
+    st.just("true"),
+    st.just("64"),
+    st.just(" 7 "),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
 small = st.integers(1, 64)
 value = st.one_of(small, small, small, small.map(float), weird)
 cell = st.one_of(st.sampled_from([*OPS, *GPUS, *DTYPES, "H100", "nvidia h100", ""]), st.text(max_size=12), weird)
@@ -95,8 +106,11 @@ def test_any_workload_frame_gives_features_or_one_line(frame):
 
 
 @FAST
-@given(op=st.one_of(st.sampled_from(list(OPS)), cell), params=st.dictionaries(st.sampled_from(SHAPE_PARAMS), value),
-       dtype=st.one_of(st.sampled_from(list(DTYPES)), cell))
+@given(
+    op=st.one_of(st.sampled_from(list(OPS)), cell),
+    params=st.dictionaries(st.sampled_from(SHAPE_PARAMS), value),
+    dtype=st.one_of(st.sampled_from(list(DTYPES)), cell),
+)
 def test_validate_returns_ints_or_one_workload_error(op, params, dtype):
     try:
         out = validate(op, params, dtype)
@@ -107,15 +121,23 @@ def test_validate_returns_ints_or_one_workload_error(op, params, dtype):
     assert all(type(v) is int and 0 <= v < 2**63 for v in out.values())
 
 
-json_value = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(10**30), 10**30), st.floats(),
-                                    st.text(max_size=10)),
-                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                                       max_size=3), max_leaves=6)
+json_value = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(10**30), 10**30), st.floats(), st.text(max_size=10)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @FAST
-@given(records=st.lists(st.dictionaries(st.sampled_from(["op", "hardware", "dtype", *SHAPE_PARAMS, "x"]),
-                                        st.one_of(value, cell, json_value)), min_size=1, max_size=3))
+@given(
+    records=st.lists(
+        st.dictionaries(
+            st.sampled_from(["op", "hardware", "dtype", *SHAPE_PARAMS, "x"]), st.one_of(value, cell, json_value)
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_any_json_records_give_features_or_one_line(records):
     """What a REST client or a .json file sends: records of any JSON values (as the scoring server's parser builds
     the frame: ``pd.DataFrame(records)``)."""
@@ -123,12 +145,27 @@ def test_any_json_records_give_features_or_one_line(records):
 
 
 @settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(data=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode),
-                      st.lists(st.lists(st.one_of(st.sampled_from(["op", "m", "n", "k", "hardware", "matmul", "T4",
-                                                                   "1e23", "inf", "true", "", '"', ","]),
-                                                  st.text(string.printable, max_size=6)), min_size=1, max_size=6),
-                               min_size=1, max_size=4).map(lambda rows: "\n".join(",".join(r) for r in rows).encode())),
-       suffix=st.sampled_from([".csv", ".json", ".jsonl"]))
+@given(
+    data=st.one_of(
+        st.binary(max_size=200),
+        st.text(max_size=200).map(str.encode),
+        st.lists(
+            st.lists(
+                st.one_of(
+                    st.sampled_from(
+                        ["op", "m", "n", "k", "hardware", "matmul", "T4", "1e23", "inf", "true", "", '"', ","]
+                    ),
+                    st.text(string.printable, max_size=6),
+                ),
+                min_size=1,
+                max_size=6,
+            ),
+            min_size=1,
+            max_size=4,
+        ).map(lambda rows: "\n".join(",".join(r) for r in rows).encode()),
+    ),
+    suffix=st.sampled_from([".csv", ".json", ".jsonl"]),
+)
 def test_any_file_reads_to_features_or_one_line(tmp_path_factory, data, suffix):
     path = tmp_path_factory.mktemp("in") / f"workloads{suffix}"
     path.write_bytes(data)
@@ -181,8 +218,11 @@ def mlir_features_or_refuse(text: str) -> None:
         assert_one_line(exc)
         return
     if not kernels.empty:
-        featurize_or_refuse(kernels.drop(columns=["mlir_op", "node"]).astype({c: float for c in SHAPE_PARAMS})
-                            .assign(hardware="H100-SXM"))
+        featurize_or_refuse(
+            kernels.drop(columns=["mlir_op", "node"])
+            .astype({c: float for c in SHAPE_PARAMS})
+            .assign(hardware="H100-SXM")
+        )
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -194,8 +234,11 @@ def test_mlir_with_any_dims_gives_features_or_one_line(dims):
 
 
 def test_mlir_too_large_for_the_device_is_refused_naming_the_tensor():
-    with pytest.raises(FeatureError, match=r"^row 0: matmul A 10\^6x10\^6 float32 = 4\.0e\+12 bytes exceeds H100-SXM "
-                                           r"memory 80 GB$"):
+    with pytest.raises(
+        FeatureError,
+        match=r"^row 0: matmul A 10\^6x10\^6 float32 = 4\.0e\+12 bytes exceeds H100-SXM "
+        r"memory 80 GB$",
+    ):
         from features.mlir import workloads_from_mlir
 
         text = MATMUL.replace("M", str(10**6)).replace("K", str(10**6)).replace("N", "8")
@@ -231,19 +274,34 @@ def test_mlir_read_boundary_examples(tmp_path):
 
 
 # --- the issue's cases, one by one -------------------------------------------------------------------------------
-@pytest.mark.parametrize("row,msg", [
-    ({"m": 10**12, "n": 10**12, "k": 10**12}, r"^row 0: matmul A 10\^12x10\^12 float32 = 4\.0e\+24 bytes exceeds "
-                                              r"H100-SXM memory 80 GB$"),
-    ({"m": 1e23, "n": 1e23, "k": 1e23}, r"^row 0: op 'matmul': shape parameter 'm' = 1e\+23 is beyond int64"),
-    ({"m": math.inf, "n": 8, "k": 8}, r"^row 0: op 'matmul': shape parameter 'm' must be a finite integer, got inf$"),
-    ({"m": True, "n": 8, "k": 8}, r"^row 0: op 'matmul': shape parameter 'm' must be an integer, got True "
-                                  r"\(a boolean\)$"),
-    ({"m": 8, "n": 8, "k": 8, "hardware": None}, r"^row 0: empty hardware cell \(give a hardware id"),
-    ({"m": 8, "n": 8, "k": 8, "hardware": ""}, r"^row 0: empty hardware cell"),
-    ({"m": 8, "n": 8, "k": 8, "op": None}, r"^row 0: empty op cell"),
-    ({"m": 8, "n": 8, "k": 8, "op": "z" * 5_000_000}, r"^row 0: unknown op 'z{80}'\.\.\. \(5000000 characters\); "
-                                                       r"known"),
-])
+@pytest.mark.parametrize(
+    "row,msg",
+    [
+        (
+            {"m": 10**12, "n": 10**12, "k": 10**12},
+            r"^row 0: matmul A 10\^12x10\^12 float32 = 4\.0e\+24 bytes exceeds "
+            r"H100-SXM memory 80 GB$",
+        ),
+        ({"m": 1e23, "n": 1e23, "k": 1e23}, r"^row 0: op 'matmul': shape parameter 'm' = 1e\+23 is beyond int64"),
+        (
+            {"m": math.inf, "n": 8, "k": 8},
+            r"^row 0: op 'matmul': shape parameter 'm' must be a finite integer, got inf$",
+        ),
+        (
+            {"m": True, "n": 8, "k": 8},
+            r"^row 0: op 'matmul': shape parameter 'm' must be an integer, got True "
+            r"\(a boolean\)$",
+        ),
+        ({"m": 8, "n": 8, "k": 8, "hardware": None}, r"^row 0: empty hardware cell \(give a hardware id"),
+        ({"m": 8, "n": 8, "k": 8, "hardware": ""}, r"^row 0: empty hardware cell"),
+        ({"m": 8, "n": 8, "k": 8, "op": None}, r"^row 0: empty op cell"),
+        (
+            {"m": 8, "n": 8, "k": 8, "op": "z" * 5_000_000},
+            r"^row 0: unknown op 'z{80}'\.\.\. \(5000000 characters\); "
+            r"known",
+        ),
+    ],
+)
 def test_issue_cases_are_one_line(row, msg):
     frame = pd.DataFrame([{"op": "matmul", "hardware": "H100-SXM", **row}])
     with pytest.raises(FeatureError, match=msg) as info:
@@ -252,17 +310,34 @@ def test_issue_cases_are_one_line(row, msg):
 
 
 def test_conv_input_beyond_the_device_names_tensor_size_and_memory():
-    row = {"op": "conv2d", "batch": 1, "c_in": 3, "c_out": 8, "h": 10**9, "w": 10**9, "kernel": 3, "stride": 1,
-           "padding": 1, "hardware": "H100-SXM"}
+    row = {
+        "op": "conv2d",
+        "batch": 1,
+        "c_in": 3,
+        "c_out": 8,
+        "h": 10**9,
+        "w": 10**9,
+        "kernel": 3,
+        "stride": 1,
+        "padding": 1,
+        "hardware": "H100-SXM",
+    }
     ok = {"op": "add", "m": 8, "n": 8, "hardware": "T4"}
-    with pytest.raises(FeatureError, match=r"^row 3: conv2d input 1x3x10\^9x10\^9 float32 = 1\.2e\+19 bytes exceeds "
-                                           r"H100-SXM memory 80 GB$"):
+    with pytest.raises(
+        FeatureError,
+        match=r"^row 3: conv2d input 1x3x10\^9x10\^9 float32 = 1\.2e\+19 bytes exceeds "
+        r"H100-SXM memory 80 GB$",
+    ):
         FEATURIZER.transform(pd.DataFrame([ok, ok, ok, row, ok]))
     # tensors that fit one by one but not together
-    with pytest.raises(FeatureError, match=r"^row 0: matmul tensors together \(A, B, output\) = 1\.2e\+11 bytes exceed "
-                                           r"A100-PCIe-40GB memory 40 GB$"):
-        FEATURIZER.transform(pd.DataFrame([{"op": "matmul", "m": 10**5, "k": 10**5, "n": 10**5,
-                                            "hardware": "A100-PCIe-40GB"}]))
+    with pytest.raises(
+        FeatureError,
+        match=r"^row 0: matmul tensors together \(A, B, output\) = 1\.2e\+11 bytes exceed "
+        r"A100-PCIe-40GB memory 40 GB$",
+    ):
+        FEATURIZER.transform(
+            pd.DataFrame([{"op": "matmul", "m": 10**5, "k": 10**5, "n": 10**5, "hardware": "A100-PCIe-40GB"}])
+        )
 
 
 def test_repeated_columns_are_refused():

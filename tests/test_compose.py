@@ -5,6 +5,7 @@ power and the launch floors fitted from rows, the committed constants equal to w
 the H200 set, and one CLI command / one Python call giving runtime, power and energy of a torch module (a power model
 registered in a temp sqlite store).
 """
+
 import json
 
 import numpy as np
@@ -26,13 +27,25 @@ from models.compose import (
 from tests.conftest import ROOT, SHARED
 
 FLOORS = {"gemm": 0.010, "elementwise": 0.005}
-GPU = Execution("gpu", True, FLOORS, {
-    "eager": ModeConstants(launch_ms=0.01, gap_ms=0.002, dispatch_scale=1.0),
-    "cuda_graph": ModeConstants(launch_ms=0.01, gap_ms=0.002, dispatch_scale=0.0),
-    "compiled": ModeConstants(launch_ms=0.01, gap_ms=0.002, dispatch_scale=0.0, fuse=True)})
-CPU = Execution("cpu", False, FLOORS, {
-    "eager": ModeConstants(launch_ms=0.05, gap_ms=0.003, dispatch_scale=1.0),
-    "compiled": ModeConstants(launch_ms=0.05, gap_ms=0.0, dispatch_scale=0.5, fuse=True)})
+GPU = Execution(
+    "gpu",
+    True,
+    FLOORS,
+    {
+        "eager": ModeConstants(launch_ms=0.01, gap_ms=0.002, dispatch_scale=1.0),
+        "cuda_graph": ModeConstants(launch_ms=0.01, gap_ms=0.002, dispatch_scale=0.0),
+        "compiled": ModeConstants(launch_ms=0.01, gap_ms=0.002, dispatch_scale=0.0, fuse=True),
+    },
+)
+CPU = Execution(
+    "cpu",
+    False,
+    FLOORS,
+    {
+        "eager": ModeConstants(launch_ms=0.05, gap_ms=0.003, dispatch_scale=1.0),
+        "compiled": ModeConstants(launch_ms=0.05, gap_ms=0.0, dispatch_scale=0.5, fuse=True),
+    },
+)
 
 
 def two(t_gemm: float, t_relu: float, **cols) -> pd.DataFrame:
@@ -67,7 +80,8 @@ def test_cpu_modes_by_hand():
     assert eager.total["runtime_ms"] == pytest.approx(0.05 + 0.050 + 0.003 + 0.004 + 0.003)  # t + gap each
     viewed = CPU.with_modes(eager=ModeConstants(launch_ms=0.05, gap_ms=0.003, dispatch_scale=1.0, free_op_ms=0.002))
     assert compose(k, "eager", viewed, free_ops=7).total["runtime_ms"] == pytest.approx(
-        eager.total["runtime_ms"] + 7 * 0.002)  # each view / reshape costs host time
+        eager.total["runtime_ms"] + 7 * 0.002
+    )  # each view / reshape costs host time
     comp = compose(k, "compiled", CPU)  # one fused call, its dispatch halved
     assert comp.total["runtime_ms"] == pytest.approx(0.05 + (0.050 - 0.010) + 0.5 * 0.010)
     with pytest.raises(ValueError, match="execution 'cuda_graph' does not exist on a cpu"):
@@ -107,8 +121,15 @@ def test_execution_direction_on_the_committed_constants(kind):
 
 
 def test_power_is_energy_over_runtime_and_absent_without_power():
-    k = two(0.050, 0.006, power_w=[400.0, 200.0], power_w_lo=[350.0, 150.0], power_w_hi=[450.0, 250.0],
-            runtime_ms_lo=[0.04, 0.005], runtime_ms_hi=[0.06, 0.008])
+    k = two(
+        0.050,
+        0.006,
+        power_w=[400.0, 200.0],
+        power_w_lo=[350.0, 150.0],
+        power_w_hi=[450.0, 250.0],
+        runtime_ms_lo=[0.04, 0.005],
+        runtime_ms_hi=[0.06, 0.008],
+    )
     for mode in MODES:
         res = compose(k, mode, GPU, static_power_w=100.0, static_power_source="test")
         t = res.total
@@ -133,8 +154,16 @@ def test_static_power_fitted_from_rows(registry):
 
     rng = np.random.default_rng(0)
     sizes = rng.integers(64, 4096, size=(200, 3))
-    rows = pd.DataFrame({"op": "matmul", "dtype": "float16", "hardware": "H200-SXM",
-                         "m": sizes[:, 0], "n": sizes[:, 1], "k": sizes[:, 2]})
+    rows = pd.DataFrame(
+        {
+            "op": "matmul",
+            "dtype": "float16",
+            "hardware": "H200-SXM",
+            "m": sizes[:, 0],
+            "n": sizes[:, 1],
+            "k": sizes[:, 2],
+        }
+    )
     phys = PhysicsFeaturizer(registry).transform(rows)["physics_ms"].to_numpy()
     util = rng.uniform(0.002, 0.9, len(rows))
     rows = rows.assign(runtime_ms=phys / util, power_w=130.0 + 2500.0 * util + rng.normal(0, 2, len(rows)))
@@ -162,8 +191,16 @@ def test_floors_and_overheads_fitted_from_rows(registry):
 
     rng = np.random.default_rng(1)
     sizes = np.exp(rng.uniform(np.log(16), np.log(8192), size=(300, 3))).astype(int)
-    rows = pd.DataFrame({"op": "matmul", "dtype": "float16", "hardware": "H200-SXM",
-                         "m": sizes[:, 0], "n": sizes[:, 1], "k": sizes[:, 2]})
+    rows = pd.DataFrame(
+        {
+            "op": "matmul",
+            "dtype": "float16",
+            "hardware": "H200-SXM",
+            "m": sizes[:, 0],
+            "n": sizes[:, 1],
+            "k": sizes[:, 2],
+        }
+    )
     phys = PhysicsFeaturizer(registry).transform(rows)["physics_ms"].to_numpy()
     rows["runtime_ms"] = np.maximum(1.5 * phys, 0.012)
     floors = fit_floors(rows, registry)
@@ -184,8 +221,13 @@ def test_committed_gpu_constants_are_what_the_h200_set_gives(registry):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "models.compose", "gpu-constants", "--data-root", str(SHARED)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "models.compose", "gpu-constants", "--data-root", str(SHARED)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     fitted = json.loads(proc.stdout)
     assert dict(load_execution()["gpu"].floor_ms) == pytest.approx(fitted["floor_ms"], rel=1e-6)
@@ -204,8 +246,15 @@ def power_store(tmp_path_factory, registry):
 
     out = tmp_path_factory.mktemp("power")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = hydra_compose("power", overrides=["model=[power_analytical]", "eval_splits=[]",
-                                                "register.select_split=test", f"paths.output_dir={out}"])
+        cfg = hydra_compose(
+            "power",
+            overrides=[
+                "model=[power_analytical]",
+                "eval_splits=[]",
+                "register.select_split=test",
+                f"paths.output_dir={out}",
+            ],
+        )
     target = experiment.Target.from_config(cfg.target)
     rows, _ = experiment.rows_with_target(import_hopper(SHARED, registry), target, ["import"])
     experiment.run_experiment(cfg, rows, registry, target, folds={}, note=lambda *a, **k: None)
@@ -225,9 +274,25 @@ def test_cli_and_python_give_runtime_power_energy_per_inference(power_store, tmp
     from tests.torch_models import ResNet
 
     name = "models:/costmodel-power@champion"
-    proc = run_cli("predict", "--model", name, "--tracking-uri", power_store, "--torch", "tests.torch_models:resnet",
-                   "--example-input", "1x3x32x32", "--hardware", "H100-SXM", "--dtype", "bfloat16",
-                   "--execution", "cuda_graph", "--format", "json")
+    proc = run_cli(
+        "predict",
+        "--model",
+        name,
+        "--tracking-uri",
+        power_store,
+        "--torch",
+        "tests.torch_models:resnet",
+        "--example-input",
+        "1x3x32x32",
+        "--hardware",
+        "H100-SXM",
+        "--dtype",
+        "bfloat16",
+        "--execution",
+        "cuda_graph",
+        "--format",
+        "json",
+    )
     assert proc.returncode == 0, proc.stderr
     out = pd.DataFrame(json.loads(proc.stdout))
     tot = out.iloc[-1]
@@ -253,7 +318,13 @@ def test_cli_and_python_give_runtime_power_energy_per_inference(power_store, tmp
     config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
     with torch.device("meta"):
         gpt2 = transformers.GPT2LMHeadModel(config)
-    g = predict_module(gpt2, torch.zeros(1, 32, dtype=torch.long, device="meta"), name, hardware="H100-SXM",
-                       dtype="bfloat16", execution="cuda_graph")
+    g = predict_module(
+        gpt2,
+        torch.zeros(1, 32, dtype=torch.long, device="meta"),
+        name,
+        hardware="H100-SXM",
+        dtype="bfloat16",
+        execution="cuda_graph",
+    )
     assert g.unmapped == [] and {"runtime_ms", "power_w", "energy_j"} <= set(g.total)
     assert g.total["energy_j"] == pytest.approx(g.total["power_w"] * g.total["runtime_ms"] / 1e3)

@@ -1,6 +1,7 @@
 """Several jobs at once on one store (real processes): every run logged, the store created once, the champion the
 best of all, each promotion compared against the champion of its moment (``pipelines.tracking``: store lock, alias
 compare-and-set), one Hydra run folder per job. On a sqlite file and on a real ``mlflow server``."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -22,8 +23,14 @@ from tests.servers import MLFLOW, free_port, running
 pytestmark = pytest.mark.slow
 NAME = "costmodel-runtime"
 # a job in seconds: simulated rows only (the same rows in every job), one model, no eval splits
-JOB = ["debug=tiny", "collect.backends=[sim-roofline]", "features.mlir.enabled=false", "model=[xgb]", "eval_splits=[]",
-       "progress=false"]
+JOB = [
+    "debug=tiny",
+    "collect.backends=[sim-roofline]",
+    "features.mlir.enabled=false",
+    "model=[xgb]",
+    "eval_splits=[]",
+    "progress=false",
+]
 TREES = [10, 40, 160]  # one job each: different held-out MAPEs
 
 
@@ -36,9 +43,23 @@ def start_together(out: Path, *extra: str) -> list[tuple[int, str, str]]:
     procs = []
     for n in TREES:
         with open(logs / f"{n}.out", "w") as so, open(logs / f"{n}.err", "w") as se:
-            procs.append(subprocess.Popen([sys.executable, "-m", "pipelines.run", *JOB, f"model.xgb.n_estimators={n}",
-                                           f"paths.output_dir={out}", *extra], cwd=ROOT, env=env, stdout=so,
-                                          stderr=se))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pipelines.run",
+                        *JOB,
+                        f"model.xgb.n_estimators={n}",
+                        f"paths.output_dir={out}",
+                        *extra,
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=so,
+                    stderr=se,
+                )
+            )
     codes = [p.wait(timeout=600) for p in procs]
     return [(rc, (logs / f"{n}.out").read_text(), (logs / f"{n}.err").read_text()) for rc, n in zip(codes, TREES)]
 
@@ -97,8 +118,20 @@ def test_jobs_started_together_share_a_fresh_sqlite_store(sqlite_jobs):
 
 def test_jobs_started_together_on_a_tracking_server(tmp_path):
     port = free_port()
-    server = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'srv.db'}",
-              "--artifacts-destination", str(tmp_path / "art"), "-h", "127.0.0.1", "-p", str(port), "--workers", "2"]
+    server = [
+        MLFLOW,
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path / 'srv.db'}",
+        "--artifacts-destination",
+        str(tmp_path / "art"),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "--workers",
+        "2",
+    ]
     with running(server, "/health", port, tmp_path / "server.log", cwd=tmp_path) as base:
         results = start_together(tmp_path / "out", f"mlflow.tracking_uri={base}")
         check_jobs(results, MlflowClient(tracking_uri=base, registry_uri=base))
@@ -116,8 +149,17 @@ def _register_at_once(uri: str, model_uri: str, mape: float, split: dict, barrie
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     barrier.wait(timeout=120)
-    decision = tracking.register(model_uri, RACE, "champion", {"mape": mape}, split=split, heldout=pd.DataFrame(),
-                                 target="runtime_ms", select_metric="mape", model_name="xgb")
+    decision = tracking.register(
+        model_uri,
+        RACE,
+        "champion",
+        {"mape": mape},
+        split=split,
+        heldout=pd.DataFrame(),
+        target="runtime_ms",
+        select_metric="mape",
+        model_name="xgb",
+    )
     return decision.reason
 
 
@@ -134,8 +176,9 @@ def test_promotions_racing_each_compare_against_the_champion_of_their_moment(sql
     model_uri = run.data.tags["model_uri"]
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    first = tracking.register(model_uri, RACE, "champion", {"mape": 0.5}, split=split, heldout=None,
-                              target="runtime_ms", select_metric="mape")
+    first = tracking.register(
+        model_uri, RACE, "champion", {"mape": 0.5}, split=split, heldout=None, target="runtime_ms", select_metric="mape"
+    )
     assert first.promoted and int(first.version) == 1
     ctx = multiprocessing.get_context("spawn")
     mapes = [0.4, 0.3, 0.2, 0.1]

@@ -1,10 +1,19 @@
 """Split-conformal intervals in log space (models/conformal.py)."""
+
 import math
 
 import numpy as np
 import pytest
 
-from models.conformal import calibrate, calibrate_by_group, coverage, coverage_by_hardware, halfwidths, interval, min_rows
+from models.conformal import (
+    calibrate,
+    calibrate_by_group,
+    coverage,
+    coverage_by_hardware,
+    halfwidths,
+    interval,
+    min_rows,
+)
 
 
 def test_quantile_rank_is_the_finite_sample_one():
@@ -54,14 +63,15 @@ def test_per_hardware_halfwidths_fix_under_coverage_of_the_noisy_group():
 
 # --- several targets, log1p, bounds (models/conformal.py + models/tree.py) ----------------------------------
 
+
 def test_log1p_scores_and_bounded_interval_by_hand():
     from models.conformal import bounded_interval, scores_of
 
     # |log1p(0) - log1p(e - 1)| = 1, |log1p(3) - log1p(3)| = 0: defined at y = 0, where log is not
     np.testing.assert_allclose(scores_of([0.0, 3.0], [math.e - 1, 3.0], "log1p"), [1.0, 0.0])
     lo, hi = bounded_interval([math.e - 1, 0.0], 1.0, "log1p", lower=0.0, upper=5.0)
-    np.testing.assert_allclose(lo, [0.0, 0.0])                 # expm1(1 - 1) = 0; expm1(-1) < 0 clipped to 0
-    np.testing.assert_allclose(hi, [5.0, math.e - 1])          # expm1(2) = 6.39 clipped to the upper bound 5
+    np.testing.assert_allclose(lo, [0.0, 0.0])  # expm1(1 - 1) = 0; expm1(-1) < 0 clipped to 0
+    np.testing.assert_allclose(hi, [5.0, math.e - 1])  # expm1(2) = 6.39 clipped to the upper bound 5
     lo, hi = bounded_interval([2.0], 0.5, "log")
     np.testing.assert_allclose([lo[0], hi[0]], [2 * math.exp(-0.5), 2 * math.exp(0.5)])
     with pytest.raises(ValueError, match="transform"):
@@ -85,9 +95,22 @@ def test_fit_calibrated_covers_each_target_on_unseen_groups():
     count = np.where(x < 1.5, 0.0, np.round(np.exp(x) * np.exp(rng.normal(0, 0.4, len(x)))))
     Y = np.column_stack([runtime, count])
     train = groups < 300
-    cal = fit_calibrated(RandomForestModel(n_estimators=50, min_samples_leaf=5, n_jobs=1, targets=["t", "c"],
-                                           transform=["log", "log1p"], lower=[None, 0.0]),
-                         X[train], Y[train], groups[train], 0.3, 0.9, seed=0)
+    cal = fit_calibrated(
+        RandomForestModel(
+            n_estimators=50,
+            min_samples_leaf=5,
+            n_jobs=1,
+            targets=["t", "c"],
+            transform=["log", "log1p"],
+            lower=[None, 0.0],
+        ),
+        X[train],
+        Y[train],
+        groups[train],
+        0.3,
+        0.9,
+        seed=0,
+    )
     assert cal.q[0] < cal.q[1] and cal.transforms == ["log", "log1p"] and cal.n_calibration == 450
     pred, lo, hi = cal.predict_interval(X[~train])
     assert pred.shape == lo.shape == hi.shape == (500, 2) and (lo <= pred).all() and (pred <= hi).all()

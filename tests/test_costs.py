@@ -1,5 +1,6 @@
 """data/costs.py: the closed-form FLOPs and bytes of every op equal FlopCounterMode's (``count_cost``) on random
 valid shapes, vectorised over rows; the shape check refuses what cannot exist, in one line."""
+
 from __future__ import annotations
 
 import re
@@ -15,12 +16,31 @@ from data.workloads import DTYPES, OPS, WorkloadError, count_cost, validate
 EXACT = 2.0**53  # float64 holds every integer below this: the closed forms are exact there
 
 # per parameter: the range a random valid shape draws from (networks smaller: count_cost builds them on meta)
-RANGES = {"batch": (1, 64), "m": (1, 4096), "n": (1, 4096), "k": (1, 4096), "c_in": (1, 256), "c_out": (1, 256),
-          "h": (1, 256), "w": (1, 256), "kernel": (1, 7), "stride": (1, 4), "padding": (0, 3), "heads": (1, 16),
-          "seq_len": (1, 2048), "head_dim": (1, 256), "causal": (0, 1), "width": (1, 512), "depth": (1, 4),
-          "out_size": (1, 16), "inputs": (0, 3), "groups": (1, 256), "dilation": (1, 4), "kv_len": (1, 4096)}
-NETWORK_RANGES = {"batch": (1, 8), "width": (1, 64), "h": (1, 40), "seq_len": (1, 64), "heads": (1, 8),
-                  "depth": (1, 4)}
+RANGES = {
+    "batch": (1, 64),
+    "m": (1, 4096),
+    "n": (1, 4096),
+    "k": (1, 4096),
+    "c_in": (1, 256),
+    "c_out": (1, 256),
+    "h": (1, 256),
+    "w": (1, 256),
+    "kernel": (1, 7),
+    "stride": (1, 4),
+    "padding": (0, 3),
+    "heads": (1, 16),
+    "seq_len": (1, 2048),
+    "head_dim": (1, 256),
+    "causal": (0, 1),
+    "width": (1, 512),
+    "depth": (1, 4),
+    "out_size": (1, 16),
+    "inputs": (0, 3),
+    "groups": (1, 256),
+    "dilation": (1, 4),
+    "kv_len": (1, 4096),
+}
+NETWORK_RANGES = {"batch": (1, 8), "width": (1, 64), "h": (1, 40), "seq_len": (1, 64), "heads": (1, 8), "depth": (1, 4)}
 UNSET = (None, float("nan"), 0)  # an optional parameter at its default: missing, NaN or 0
 
 
@@ -31,8 +51,9 @@ def _valid(op: str, p: dict, integers, choice) -> dict:
     if op == "conv2d":
         mode = choice(["dense", "grouped", "depthwise"])
         if mode != "dense":
-            groups = p["c_in"] if mode == "depthwise" else choice([g for g in range(1, p["c_in"] + 1)
-                                                                   if p["c_in"] % g == 0])
+            groups = (
+                p["c_in"] if mode == "depthwise" else choice([g for g in range(1, p["c_in"] + 1) if p["c_in"] % g == 0])
+            )
             p["c_out"] = groups * integers(1, max(1, RANGES["c_out"][1] // groups) if mode == "grouped" else 4)
             p["groups"] = groups
         room = min(p["h"], p["w"]) + 2 * p["padding"]
@@ -77,8 +98,12 @@ def test_closed_form_equals_flop_counter_mode(op):
     if op not in FORMS:
         pytest.fail(f"op {op!r} has no closed form in data/costs.py FORMS")
 
-    @settings(max_examples=12 if OPS[op].family == "network" else 25, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=12 if OPS[op].family == "network" else 25,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     @given(p=shapes(op), dtype=st.sampled_from(list(DTYPES)))
     def check(p, dtype):
         want = count_cost(op, p, dtype)
@@ -119,20 +144,26 @@ def test_huge_shapes_cost_without_overflow():
     assert flops[0] == 2e21 and nbytes[0] == 3 * 1e14 * 2
 
 
-@pytest.mark.parametrize("params,msg", [
-    ({"m": 10**12, "n": 10**12, "k": 1}, r"^matmul output 10\^12x10\^12 = 1\.0e\+24 elements is beyond int64$"),
-    ({"m": 3 * 10**9, "n": 3 * 10**9, "k": 1}, r"^matmul output 3000000000x3000000000 float32 = 3\.6e\+19 bytes is "
-                                               r"beyond int64$"),
-    ({"m": 10**23, "n": 1, "k": 1}, r"^op 'matmul': shape parameter 'm' = 1e\+23 is beyond int64"),
-    ({"m": 2**63, "n": 1, "k": 1}, r"^op 'matmul': shape parameter 'm' = 9\.22e\+18 is beyond int64"),
-    ({"m": float("inf"), "n": 1, "k": 1}, r"^op 'matmul': shape parameter 'm' must be a finite integer, got inf$"),
-    ({"m": True, "n": 1, "k": 1}, r"^op 'matmul': shape parameter 'm' must be an integer, got True \(a boolean\)$"),
-    ({"m": np.bool_(False), "n": 1, "k": 1}, r"must be an integer, got False \(a boolean\)$"),
-    ({"m": "true", "n": 1, "k": 1}, r"must be an integer, got 'true'$"),
-    ({"m": 2.5, "n": 1, "k": 1}, r"must be an integer, got 2\.5$"),
-    ({"m": "x" * 10**6, "n": 1, "k": 1}, r"must be an integer, got 'x{200}'\.\.\. \(1000000 characters\)$"),
-    ({"m": [1, 2], "n": 1, "k": 1}, r"must be an integer, got \[1, 2\]$"),
-])
+@pytest.mark.parametrize(
+    "params,msg",
+    [
+        ({"m": 10**12, "n": 10**12, "k": 1}, r"^matmul output 10\^12x10\^12 = 1\.0e\+24 elements is beyond int64$"),
+        (
+            {"m": 3 * 10**9, "n": 3 * 10**9, "k": 1},
+            r"^matmul output 3000000000x3000000000 float32 = 3\.6e\+19 bytes is "
+            r"beyond int64$",
+        ),
+        ({"m": 10**23, "n": 1, "k": 1}, r"^op 'matmul': shape parameter 'm' = 1e\+23 is beyond int64"),
+        ({"m": 2**63, "n": 1, "k": 1}, r"^op 'matmul': shape parameter 'm' = 9\.22e\+18 is beyond int64"),
+        ({"m": float("inf"), "n": 1, "k": 1}, r"^op 'matmul': shape parameter 'm' must be a finite integer, got inf$"),
+        ({"m": True, "n": 1, "k": 1}, r"^op 'matmul': shape parameter 'm' must be an integer, got True \(a boolean\)$"),
+        ({"m": np.bool_(False), "n": 1, "k": 1}, r"must be an integer, got False \(a boolean\)$"),
+        ({"m": "true", "n": 1, "k": 1}, r"must be an integer, got 'true'$"),
+        ({"m": 2.5, "n": 1, "k": 1}, r"must be an integer, got 2\.5$"),
+        ({"m": "x" * 10**6, "n": 1, "k": 1}, r"must be an integer, got 'x{200}'\.\.\. \(1000000 characters\)$"),
+        ({"m": [1, 2], "n": 1, "k": 1}, r"must be an integer, got \[1, 2\]$"),
+    ],
+)
 def test_validate_refuses_in_one_line(params, msg):
     with pytest.raises(WorkloadError) as info:
         validate("matmul", params)

@@ -1,4 +1,5 @@
 """CPU backend depth: adaptive repeats + CV, peak memory, pinned threads, RAPL energy (fake powercap)."""
+
 import json
 import threading
 import time
@@ -29,16 +30,19 @@ def test_rapl_sums_packages_and_undoes_a_wrap(tmp_path):
     rapl = Rapl(tmp_path)
     assert rapl.available and rapl.reason is None and [d.name for d in rapl.domains] == ["intel-rapl:0", "intel-rapl:1"]
     before = rapl.read_uj()
-    (p0 / "energy_uj").write_text("100000\n")    # wrapped: 9.9 J -> past 10 J -> 0.1 J
-    (p1 / "energy_uj").write_text("501000\n")    # +0.5 J
+    (p0 / "energy_uj").write_text("100000\n")  # wrapped: 9.9 J -> past 10 J -> 0.1 J
+    (p1 / "energy_uj").write_text("501000\n")  # +0.5 J
     assert rapl.delta_j(before, rapl.read_uj()) == pytest.approx((100_000 + 10_000_001 - 9_900_000 + 500_000) / 1e6)
 
 
-@pytest.mark.parametrize("make,reason", [
-    (lambda root: None, "does not exist"),
-    (lambda root: root.mkdir(), "no RAPL package domains"),
-    (lambda root: (root / "intel-rapl:0").mkdir(parents=True), "RAPL not readable"),
-])
+@pytest.mark.parametrize(
+    "make,reason",
+    [
+        (lambda root: None, "does not exist"),
+        (lambda root: root.mkdir(), "no RAPL package domains"),
+        (lambda root: (root / "intel-rapl:0").mkdir(parents=True), "RAPL not readable"),
+    ],
+)
 def test_rapl_unavailable_says_why(tmp_path, make, reason):
     make(tmp_path / "powercap")
     rapl = Rapl(tmp_path / "powercap")
@@ -52,8 +56,14 @@ def spec():
 
 def test_adaptive_row_has_cv_repeats_memory_threads(spec, tmp_path):
     torch.set_num_threads(2)
-    backend = CpuBackend(num_threads=1, timer="adaptive", min_run_time=0.01, max_run_time=0.3, hardware=spec,
-                         powercap_root=tmp_path / "none")
+    backend = CpuBackend(
+        num_threads=1,
+        timer="adaptive",
+        min_run_time=0.01,
+        max_run_time=0.3,
+        hardware=spec,
+        powercap_root=tmp_path / "none",
+    )
     row = backend.measure({"op": "add", "params": {"m": 1024, "n": 1024}, "dtype": "float32"})
     validate(pd.DataFrame([row]))
     env = json.loads(row["env"])
@@ -69,8 +79,7 @@ def test_adaptive_row_has_cv_repeats_memory_threads(spec, tmp_path):
 
 def test_energy_never_invented_when_counter_is_stuck(spec, tmp_path):
     _domain(tmp_path, "intel-rapl:0", 123)  # a counter that never advances
-    backend = CpuBackend(num_threads=1, min_run_time=0.005, hardware=spec, powercap_root=tmp_path,
-                         energy_min_time=0.01)
+    backend = CpuBackend(num_threads=1, min_run_time=0.005, hardware=spec, powercap_root=tmp_path, energy_min_time=0.01)
     row = backend.measure({"op": "matmul", "params": {"m": 32, "n": 32, "k": 32}, "dtype": "float32"})
     assert row["status"] == "ok" and row.get("energy_j") is None and row.get("power_w") is None
     assert "did not advance" in json.loads(row["env"])["energy"]
@@ -99,8 +108,14 @@ def test_energy_from_an_advancing_counter(spec, tmp_path):
     thread = threading.Thread(target=tick, daemon=True)
     thread.start()
     try:
-        backend = CpuBackend(num_threads=1, min_run_time=0.005, hardware=spec, powercap_root=tmp_path,
-                             energy_min_time=0.1, measure_memory=False)
+        backend = CpuBackend(
+            num_threads=1,
+            min_run_time=0.005,
+            hardware=spec,
+            powercap_root=tmp_path,
+            energy_min_time=0.1,
+            measure_memory=False,
+        )
         row = backend.measure({"op": "matmul", "params": {"m": 64, "n": 64, "k": 64}, "dtype": "float32"})
     finally:
         stop.set()

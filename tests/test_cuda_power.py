@@ -1,5 +1,6 @@
 """The cuda backend's power logic against a fake NVML device that ticks every 100 ms (no GPU here), and
 the real backend on a GPU where one exists (skipped otherwise)."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,11 @@ TRUE_W, IDLE_W = 650.0, 70.0  # a busy kernel on a 700 W board
 
 def busy_launch(gpu: FakeGpu):
     """Queue 5 ms "kernels" and keep ~10-15 ms of work queued, so a late host thread never idles the device."""
+
     def launch():
         end = gpu.enqueue(0.005)
         time.sleep(max(0.0, end - 0.015 - time.monotonic()))
+
     return launch
 
 
@@ -35,7 +38,8 @@ def naive_power(nvml_power: NvmlPower, window_s: float) -> float:
 
 @pytest.fixture(scope="module")
 def h200():
-    """A busy fake H200 (650 W true power, counter updates every 100 ms +- 4 ms) measured once tick-aligned over ~1 s (10 ticks), and once naively over 0.45 s."""
+    """A busy fake H200 (650 W true power, counter updates every 100 ms +- 4 ms) measured once tick-aligned over ~1 s
+    (10 ticks), and once naively over 0.45 s."""
     gpu = FakeGpu(busy_power_w=TRUE_W, idle_power_w=IDLE_W, tick_s=0.1)
     power = NvmlPower(FakeNvml(gpu), ticks=10, settle_ticks=1)
     with keep_busy(busy_launch(gpu)) as worker:
@@ -92,9 +96,15 @@ def test_sampled_power_fallback_where_the_counter_is_missing():
     """Without the energy counter, nvmlDeviceGetPowerUsage is sampled. Where that sensor averages over the last
     second (NVML: Ampere and newer), samples taken in the first second of the work still hold idle time: the
     sampling must settle for the sensor's window first (CudaBackend: sample_settle_s = 1.2 s)."""
+
     def sampled(settle_s, sensor_window_s):
-        gpu = FakeGpu(busy_power_w=250.0, idle_power_w=25.0, has_counter=False, power_limit_w=250.0,
-                      sensor_window_s=sensor_window_s)
+        gpu = FakeGpu(
+            busy_power_w=250.0,
+            idle_power_w=25.0,
+            has_counter=False,
+            power_limit_w=250.0,
+            sensor_window_s=sensor_window_s,
+        )
         power = NvmlPower(FakeNvml(gpu), sample_window_s=0.3, sample_interval_s=0.01, sample_settle_s=settle_s)
         assert power.has_energy_counter is False
         with keep_busy(busy_launch(gpu)) as worker:
@@ -165,8 +175,9 @@ def test_hydra_config_builds_the_backend_without_touching_a_gpu():
 
 
 # --------------------------------------------------------------------------- real GPU (skipped here)
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
-                               reason="needs an NVIDIA GPU with NVML (torch.cuda.is_available() is False here)")
+needs_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs an NVIDIA GPU with NVML (torch.cuda.is_available() is False here)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -260,14 +271,21 @@ def fake_backend(cuda, registry, **kw):
     # graph_threshold_us: a Python-dispatched fake launch costs ~0.05-0.5 ms of host time (with the machine's load)
     # where a real one costs ~5 us, so the eager-vs-graph decision takes a threshold scaled up from the GPU's 30 us
     # min_window_ms: each window pays one launch before the device has work (~0.1-0.3 ms of Python here)
-    return CudaBackend(windows=5, min_window_ms=50.0, graph_threshold_us=2000.0, registry=registry,
-                       nvml_power=NvmlPower(FakeNvml(cuda.gpu), ticks=3, settle_ticks=1), **kw)
+    return CudaBackend(
+        windows=5,
+        min_window_ms=50.0,
+        graph_threshold_us=2000.0,
+        registry=registry,
+        nvml_power=NvmlPower(FakeNvml(cuda.gpu), ticks=3, settle_ticks=1),
+        **kw,
+    )
 
 
 def test_cuda_backend_measures_a_matmul_end_to_end_on_a_fake_gpu(fake_h100, registry):
     spec = registry.get("H100-SXM")
     row = fake_backend(fake_h100, registry).measure(
-        {"op": "matmul", "params": {"m": 16384, "n": 16384, "k": 16384}, "dtype": "float16"})
+        {"op": "matmul", "params": {"m": 16384, "n": 16384, "k": 16384}, "dtype": "float16"}
+    )
     assert row["status"] == "ok", row["error"]
     assert row["hardware"] == "H100-SXM" and row["flops"] == 2 * 16384**3
     # runtime: the fake's kernel (launch latency + FLOPs / fp16 peak), the worker's launches overlapping it
@@ -286,7 +304,8 @@ def test_cuda_backend_measures_a_matmul_end_to_end_on_a_fake_gpu(fake_h100, regi
 def test_cuda_backend_graphs_short_kernels_on_a_fake_gpu(fake_h100, registry):
     spec = registry.get("H100-SXM")
     row = fake_backend(fake_h100, registry, power=False).measure(
-        {"op": "add", "params": {"m": 8, "n": 64}, "dtype": "float32"})
+        {"op": "add", "params": {"m": 8, "n": 64}, "dtype": "float32"}
+    )
     truth_ms = (fake_h100.latency_s + 3 * 8 * 64 * 4 / spec.bandwidth_bytes_s) * 1e3
     assert row["status"] == "ok" and row["timing_method"] == "cuda_graph"
     assert row["runtime_ms"] == pytest.approx(truth_ms, rel=0.05) and row["power_w"] is None
@@ -297,8 +316,9 @@ def test_out_of_memory_on_a_fake_gpu_is_an_error_row_and_the_device_recovers(fak
     backend = fake_backend(fake_h100, registry)
     row = backend.measure({"op": "matmul", "params": {"m": 200_000, "n": 200_000, "k": 8}, "dtype": "float32"})
     assert row["status"] == "error" and row["runtime_ms"] is None and row.get("power_w") is None
-    assert row["error"].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 149.01 GiB. GPU 0 has a "
-                                   "total capacity of 80.00 GiB")
+    assert row["error"].startswith(
+        "OutOfMemoryError: CUDA out of memory. Tried to allocate 149.01 GiB. GPU 0 has a total capacity of 80.00 GiB"
+    )
     assert fake_h100.allocated == 0  # the inputs were freed with the failed workload
     ok = backend.measure({"op": "gelu", "params": {"m": 1024, "n": 1024}, "dtype": "float16"})
     assert ok["status"] == "ok" and ok["peak_mem_bytes"] == 2 * 1024 * 1024 * 2

@@ -1,5 +1,6 @@
 """benchmarks/cuda_power_check.py without a GPU: the column mapping (FLOPs agree with the file) and the
 one-line refusal."""
+
 import subprocess
 import sys
 
@@ -38,9 +39,17 @@ def test_summary_reports_median_ratios_per_op_and_dtype():
     import pandas as pd
     from cuda_power_check import summarise
 
-    res = pd.DataFrame({"op": ["add", "add", "matmul"], "dtype": ["fp32", "fp32", "bf16"], "status": ["ok"] * 3,
-                        "runtime_ms": [0.010, 0.100, 1.0], "runtime_ms_ours": [0.008, 0.102, 0.99],
-                        "power_w": [300.0, 600.0, 650.0], "power_w_ours": [330.0, 594.0, 650.0]})
+    res = pd.DataFrame(
+        {
+            "op": ["add", "add", "matmul"],
+            "dtype": ["fp32", "fp32", "bf16"],
+            "status": ["ok"] * 3,
+            "runtime_ms": [0.010, 0.100, 1.0],
+            "runtime_ms_ours": [0.008, 0.102, 0.99],
+            "power_w": [300.0, 600.0, 650.0],
+            "power_w_ours": [330.0, 594.0, 650.0],
+        }
+    )
     s = summarise(res).set_index("op")
     assert s.loc["add", "n"] == 2 and s.loc["add", "runtime_ratio"] == pytest.approx((0.8 + 1.02) / 2)
     assert s.loc["add", "n_ge30us"] == 1 and s.loc["add", "power_ratio_ge30us"] == pytest.approx(0.99)

@@ -1,6 +1,7 @@
 """DeepBench importer on the real workbooks: sections found by title on every sheet, shape / transpose conventions on
 rows mapped by hand, the source's TERAFLOPS column against our flops / time, skipped rows counted, one clear error
 for an unknown GPU or section, and the hardware specs the workbooks need."""
+
 import json
 import shutil
 
@@ -20,6 +21,7 @@ TRAIN_GPU_SHEETS = 13  # 10 GPU workbooks: 10 FP32 sheets + V100 / T4 mixed fp16
 @pytest.fixture(scope="module")
 def imported():
     from data.importers.deepbench import read_all
+
     return read_all(SHARED)
 
 
@@ -38,6 +40,7 @@ def test_sections_found_by_title_on_every_sheet():
     import openpyxl
 
     from data.importers.deepbench import PRECISIONS, _name, sections, workbooks
+
     books = workbooks(SHARED)
     assert len(books) == 15
     for path in books:
@@ -59,23 +62,83 @@ def test_sections_found_by_title_on_every_sheet():
 def test_sections_do_not_depend_on_position():
     """Shifted rows and reordered conv columns (as between real files) give the same sections and values."""
     from data.importers.deepbench import sections
-    a = [("Precision", "Float"), (), ("Dense Matrix Multiplication", None, "M", "N", "K", "A Transpose",
-                                       "B Transpose", None, "Time (msec)", "TERAFLOPS"),
-         (None, "app", 64, 16, 32, "N", "T", None, 0.01, 0.0065536), (), ("Convolution",),
-         (None, None, "W", "H", "C", "N", "K ", "S (Filter width)", "R (Filter height)", "pad_w", "pad_h",
-          "Horizontal stride", "Vertical stride", "Forward (msec)"),
-         (None, None, 7, 7, 8, 2, 16, 3, 3, 1, 1, 1, 1, 0.02), ()]
-    b = [("Precision", "Float"), (), (), (), *a[2:5],  # two more blank rows, as in the V100 / T4 workbooks
-         ("Convolution",), (None, None, "W", "H", "C", "N", "K ", "R", "S", "pad_h", "pad_w", "Vertical stride",
-                            "Horizontal stride", "Forward (msec)"),
-         (None, None, 7, 7, 8, 2, 16, 3, 3, 1, 1, 1, 1, 0.02)]
+
+    a = [
+        ("Precision", "Float"),
+        (),
+        (
+            "Dense Matrix Multiplication",
+            None,
+            "M",
+            "N",
+            "K",
+            "A Transpose",
+            "B Transpose",
+            None,
+            "Time (msec)",
+            "TERAFLOPS",
+        ),
+        (None, "app", 64, 16, 32, "N", "T", None, 0.01, 0.0065536),
+        (),
+        ("Convolution",),
+        (
+            None,
+            None,
+            "W",
+            "H",
+            "C",
+            "N",
+            "K ",
+            "S (Filter width)",
+            "R (Filter height)",
+            "pad_w",
+            "pad_h",
+            "Horizontal stride",
+            "Vertical stride",
+            "Forward (msec)",
+        ),
+        (None, None, 7, 7, 8, 2, 16, 3, 3, 1, 1, 1, 1, 0.02),
+        (),
+    ]
+    b = [
+        ("Precision", "Float"),
+        (),
+        (),
+        (),
+        *a[2:5],  # two more blank rows, as in the V100 / T4 workbooks
+        ("Convolution",),
+        (
+            None,
+            None,
+            "W",
+            "H",
+            "C",
+            "N",
+            "K ",
+            "R",
+            "S",
+            "pad_h",
+            "pad_w",
+            "Vertical stride",
+            "Horizontal stride",
+            "Forward (msec)",
+        ),
+        (None, None, 7, 7, 8, 2, 16, 3, 3, 1, 1, 1, 1, 0.02),
+    ]
     for rows in (a, b):
         precision, secs = sections(rows, "synthetic")
         assert precision == "Float" and [s.kind for s in secs] == ["gemm", "conv"]
         gemm, conv = secs
         assert [gemm.rows[0][1][gemm.columns[c]] for c in ("m", "n", "k", "time")] == [64, 16, 32, 0.01]
-        assert [conv.rows[0][1][conv.columns[c]] for c in ("w", "h", "n", "k", "s", "r", "forward")] == \
-            [7, 7, 2, 16, 3, 3, 0.02]
+        assert [conv.rows[0][1][conv.columns[c]] for c in ("w", "h", "n", "k", "s", "r", "forward")] == [
+            7,
+            7,
+            2,
+            16,
+            3,
+            3,
+            0.02,
+        ]
     with pytest.raises(DatasetError, match="unknown section title 'Winograd Layers'"):
         sections([("Precision", "Float"), ("Winograd Layers", None, "M")], "synthetic")
 
@@ -88,8 +151,14 @@ def test_known_rows_mapped_by_hand(imported):
     v100 = "deepbench/train/DeepBench_NV_V100.xlsx"
     # Excel row 5: DeepSpeech M=1760 N=16 K=1760 N N 0.038 ms -> matmul m = N = 16, n = M = 1760, k = 1760
     r = _row(df, v100, "Results FP32", 5)
-    assert (r["op"], r["m"], r["n"], r["k"], r["dtype"], r["hardware"]) == \
-        ("matmul", 16, 1760, 1760, "float32", "V100-SXM2-16GB")
+    assert (r["op"], r["m"], r["n"], r["k"], r["dtype"], r["hardware"]) == (
+        "matmul",
+        16,
+        1760,
+        1760,
+        "float32",
+        "V100-SXM2-16GB",
+    )
     assert r["runtime_ms"] == 0.038 and r["flops"] == 2 * 16 * 1760 * 1760
     assert json.loads(r["config"]) == {"transpose_a": 0, "transpose_b": 0}
     assert json.loads(r["meta"])["application"] == "DeepSpeech"
@@ -107,8 +176,17 @@ def test_known_rows_mapped_by_hand(imported):
     assert (r["dtype"], r["m"], r["n"], r["k"]) == ("float16", 16, 1760, 1760)
     # Excel row 266: Resnet W=H=7, C=512, N=16, K=512, 3x3, pad 1, stride 1, fwd 0.273 / bwd 0.267, 0.178 ms
     r = _row(df, v100, "Results FP32", 266)
-    assert (r["op"], r["batch"], r["c_in"], r["c_out"], r["h"], r["w"], r["kernel"], r["stride"], r["padding"]) == \
-        ("conv2d", 16, 512, 512, 7, 7, 3, 1, 1)
+    assert (r["op"], r["batch"], r["c_in"], r["c_out"], r["h"], r["w"], r["kernel"], r["stride"], r["padding"]) == (
+        "conv2d",
+        16,
+        512,
+        512,
+        7,
+        7,
+        3,
+        1,
+        1,
+    )
     assert r["runtime_ms"] == 0.273 and r["flops"] == 2 * 16 * 512 * 7 * 7 * 512 * 3 * 3
     m = json.loads(r["meta"])
     assert (m["bwd_data_ms"], m["bwd_filter_ms"], m["algorithm"]) == (0.267, 0.178, "WINOGRAD_NONFUSED")
@@ -169,9 +247,9 @@ def test_rows_imported_and_skipped_are_counted(imported):
     assert "skipped" in t4_int8.line() and "int8" in t4_int8.line()
 
 
-
 def test_import_prints_one_line_per_sheet(imported, tmp_path, capsys):
     from data.importers.deepbench import import_deepbench
+
     book = SHARED / "deepbench" / "train" / "DeepBench_NV_T4.xlsx"
     (tmp_path / "deepbench" / "train").mkdir(parents=True)
     shutil.copy(book, tmp_path / "deepbench" / "train" / book.name)
@@ -187,6 +265,7 @@ def test_import_prints_one_line_per_sheet(imported, tmp_path, capsys):
 def _edited_copy(tmp_path, edit):
     """A data root holding one real workbook, edited with openpyxl."""
     import openpyxl
+
     dest = tmp_path / "deepbench" / "train"
     dest.mkdir(parents=True)
     path = dest / "DeepBench_NV_V100.xlsx"
@@ -204,6 +283,7 @@ def test_unknown_gpu_or_section_is_one_clear_error(tmp_path):
         ws = wb["Specs"]
         row = next(r for r in ws.iter_rows() if r[0].value == "GPU Model")
         row[1].value = "NVIDIA Z9000"
+
     root = _edited_copy(tmp_path / "gpu", rename_gpu)
     with pytest.raises(DatasetError) as err:
         import_deepbench(root, verbose=False)
@@ -213,6 +293,7 @@ def test_unknown_gpu_or_section_is_one_clear_error(tmp_path):
         ws = wb["Results FP32"]
         cell = next(r[0] for r in ws.iter_rows() if r[0].value == "Convolution")
         cell.value = "Deformable Convolution"
+
     root = _edited_copy(tmp_path / "section", rename_section)
     with pytest.raises(DatasetError, match="unknown section title 'Deformable Convolution'"):
         import_deepbench(root, verbose=False)
@@ -221,12 +302,14 @@ def test_unknown_gpu_or_section_is_one_clear_error(tmp_path):
 
 def test_hardware_specs_for_every_workbook(registry):
     from data.importers.deepbench import DEVICES
+
     for hw_id in set(DEVICES.values()):
         spec = registry.get(hw_id)
         assert spec.sources and spec.tdp_w and spec.extra.get("notes")
         # the FP32 peak is cores x 2 FLOP x boost clock (datasheets round to 2-3 digits)
         assert spec.peak_flops("float32") == pytest.approx(
-            spec.sm_count * spec.cores_per_sm * 2 * spec.boost_clock_mhz * 1e6, rel=0.02)
+            spec.sm_count * spec.cores_per_sm * 2 * spec.boost_clock_mhz * 1e6, rel=0.02
+        )
         cc = spec.extra.get("compute_capability")
         if cc == "5.2":  # Maxwell: no FP16 arithmetic, float16 falls back to the float32 rate
             assert "float16" not in spec.peak_tflops
@@ -241,6 +324,7 @@ def test_cross_check_with_neusight_runs_on_real_rows(imported):
     """The cross-source table of the module docstring: same GPU models, neighbouring shapes, plateau of peak."""
     from data.importers.deepbench import cross_check
     from data.importers.neusight import import_neusight
+
     res = cross_check(imported[0], import_neusight(SHARED, kinds=("linear", "bmm")))
     assert list(res["gpu"]) == ["P100", "V100", "T4"]
     assert (res["neighbors"] > 5).all()

@@ -1,4 +1,5 @@
 """Domain of validity (models/domain.py) and the physics model's intervals: flags, distances, honest widening."""
+
 from __future__ import annotations
 
 import json
@@ -19,35 +20,49 @@ def frame(**cols) -> pd.DataFrame:
 
 
 def toy_domain() -> Domain:
-    train = frame(log2_k=[4, 6, 8, 10], tail_occupancy=[0.2, 0.5, 0.9, 1.0], op_matmul=[1, 1, 0, 0],
-                  op_bmm=[0, 0, 0, 0], hw_log2_peak_flops=[44, 44, 45, 45], hw_log2_bandwidth=[30, 30, 31, 31])
+    train = frame(
+        log2_k=[4, 6, 8, 10],
+        tail_occupancy=[0.2, 0.5, 0.9, 1.0],
+        op_matmul=[1, 1, 0, 0],
+        op_bmm=[0, 0, 0, 0],
+        hw_log2_peak_flops=[44, 44, 45, 45],
+        hw_log2_bandwidth=[30, 30, 31, 31],
+    )
     return Domain(FEATS, HW, HW[1:]).fit(train)
 
 
 def test_inside_is_zero_and_outside_names_the_reason():
     dom = toy_domain()
-    X = frame(log2_k=[5, 12, 5, 5], tail_occupancy=[0.5, 0.5, 0.5, 0.5], op_matmul=[1, 1, 0, 1], op_bmm=[0, 0, 1, 0],
-              hw_log2_peak_flops=[44.5, 44.5, 44.5, 44.5], hw_log2_bandwidth=[30.5, 30.5, 30.5, 32])
+    X = frame(
+        log2_k=[5, 12, 5, 5],
+        tail_occupancy=[0.5, 0.5, 0.5, 0.5],
+        op_matmul=[1, 1, 0, 1],
+        op_bmm=[0, 0, 1, 0],
+        hw_log2_peak_flops=[44.5, 44.5, 44.5, 44.5],
+        hw_log2_bandwidth=[30.5, 30.5, 30.5, 32],
+    )
     out = dom.frame(X)
     assert out["in_domain"].tolist() == [True, False, False, False]
     assert out["domain_distance"][0] == 0 and out["domain_reason"][0] == ""
-    assert out["domain_reason"][1].startswith("log2_k +")           # K deeper than any training row
-    assert out["domain_distance"][2] == pytest.approx(1.0)          # an op never seen: 1 per unseen category
+    assert out["domain_reason"][1].startswith("log2_k +")  # K deeper than any training row
+    assert out["domain_distance"][2] == pytest.approx(1.0)  # an op never seen: 1 per unseen category
     assert out["domain_reason"][2] == "op_bmm +1.00"
-    assert out["domain_distance"][3] == pytest.approx(1.0)          # twice the largest bandwidth: one octave
+    assert out["domain_distance"][3] == pytest.approx(1.0)  # twice the largest bandwidth: one octave
     assert out["domain_reason"][3] == "hw_log2_bandwidth +1.00"
     assert not out["hardware_seen"][3] and not out["hardware_seen"][0]  # 30.5 lies between, but is not a GPU seen
 
 
 def test_seen_hardware_and_add_hardware():
     dom = toy_domain()
-    X = frame(log2_k=[5], tail_occupancy=[0.5], op_matmul=[1], op_bmm=[0], hw_log2_peak_flops=[47],
-              hw_log2_bandwidth=[31])
+    X = frame(
+        log2_k=[5], tail_occupancy=[0.5], op_matmul=[1], op_bmm=[0], hw_log2_peak_flops=[47], hw_log2_bandwidth=[31]
+    )
     out = dom.frame(X)
     assert out["hardware_seen"][0]  # its bandwidth (the identity column here) is a training GPU's
     assert out["domain_distance"][0] == pytest.approx(2.0)  # a math-mode peak 4x the largest seen: 2 octaves
-    new = frame(log2_k=[5], tail_occupancy=[0.5], op_matmul=[1], op_bmm=[0], hw_log2_peak_flops=[47],
-                hw_log2_bandwidth=[33])
+    new = frame(
+        log2_k=[5], tail_occupancy=[0.5], op_matmul=[1], op_bmm=[0], hw_log2_peak_flops=[47], hw_log2_bandwidth=[33]
+    )
     dom.add_hardware(new)
     out = dom.frame(new)
     assert out["hardware_seen"][0] and out["in_domain"][0]
@@ -56,8 +71,14 @@ def test_seen_hardware_and_add_hardware():
 def test_round_trip_through_json():
     dom = toy_domain()
     again = Domain.from_dict(json.loads(json.dumps(dom.to_dict())))
-    X = frame(log2_k=[3, 20], tail_occupancy=[0.1, 1], op_matmul=[0, 1], op_bmm=[1, 0],
-              hw_log2_peak_flops=[43, 46], hw_log2_bandwidth=[29, 30])
+    X = frame(
+        log2_k=[3, 20],
+        tail_occupancy=[0.1, 1],
+        op_matmul=[0, 1],
+        op_bmm=[1, 0],
+        hw_log2_peak_flops=[43, 46],
+        hw_log2_bandwidth=[29, 30],
+    )
     pd.testing.assert_frame_equal(dom.frame(X), again.frame(X))
 
 
@@ -117,11 +138,23 @@ def test_intervals_widen_outside_and_cover_held_out_rows():
 
 def test_categories_seen_only_apart_are_outside():
     """TF32 seen only in bmm rows: a TF32 matmul is outside although each category was seen."""
-    train = frame(log2_k=[4, 6], tail_occupancy=[0.5, 0.5], op_matmul=[1, 0], op_bmm=[0, 1],
-                  hw_log2_peak_flops=[44, 44], hw_log2_bandwidth=[30, 30])
+    train = frame(
+        log2_k=[4, 6],
+        tail_occupancy=[0.5, 0.5],
+        op_matmul=[1, 0],
+        op_bmm=[0, 1],
+        hw_log2_peak_flops=[44, 44],
+        hw_log2_bandwidth=[30, 30],
+    )
     dom = Domain(FEATS + ["mode_tf32"], HW, HW[1:]).fit(train.assign(mode_tf32=[0.0, 1.0]))
-    X = frame(log2_k=[5, 5], tail_occupancy=[0.5, 0.5], op_matmul=[1, 0], op_bmm=[0, 1], hw_log2_peak_flops=[44, 44],
-              hw_log2_bandwidth=[30, 30]).assign(mode_tf32=[1.0, 1.0])
+    X = frame(
+        log2_k=[5, 5],
+        tail_occupancy=[0.5, 0.5],
+        op_matmul=[1, 0],
+        op_bmm=[0, 1],
+        hw_log2_peak_flops=[44, 44],
+        hw_log2_bandwidth=[30, 30],
+    ).assign(mode_tf32=[1.0, 1.0])
     out = dom.frame(X)
     assert out["domain_reason"].tolist() == ["unseen combination +1.00", ""]
     again = Domain.from_dict(json.loads(json.dumps(dom.to_dict())))

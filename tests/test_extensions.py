@@ -2,6 +2,7 @@
 tests/extensions/ (``toy_backend.py`` + ``conf/collect/backend/toy.yaml``, ``toy_model.py`` +
 ``conf/model/toy_scaled_baseline.yaml``, ``toy_encoder.py`` + ``conf/encoder/toy.yaml``, ``conf/target/energy_j.yaml``
 for a column the schema has), composed into the real main job through Hydra's search path; nothing else is edited."""
+
 import mlflow
 import numpy as np
 import pandas as pd
@@ -32,9 +33,18 @@ def test_toys_satisfy_the_protocols(registry):
 
 @pytest.mark.slow
 def test_main_job_takes_a_new_backend_model_encoder_and_target(tmp_path):
-    proc = run_entry("pipelines.run", f"hydra.searchpath=[file://{EXT / 'conf'}]", "debug=tiny",
-                     "collect.backends=[toy]", "target=energy_j", "encoder=toy", "model=[toy_scaled_baseline,xgb]",
-                     "features.mlir.enabled=false", "eval_splits=[held_out_shapes,held_out_family]", out=tmp_path)
+    proc = run_entry(
+        "pipelines.run",
+        f"hydra.searchpath=[file://{EXT / 'conf'}]",
+        "debug=tiny",
+        "collect.backends=[toy]",
+        "target=energy_j",
+        "encoder=toy",
+        "model=[toy_scaled_baseline,xgb]",
+        "features.mlir.enabled=false",
+        "eval_splits=[held_out_shapes,held_out_family]",
+        out=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [dataset] = list((tmp_path / "datasets").glob("*.parquet"))
     register_backend("toy")  # this process reads toy rows: it knows the backend (the job registered it as it ran)
@@ -54,8 +64,12 @@ def test_main_job_takes_a_new_backend_model_encoder_and_target(tmp_path):
 
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model(f"models:/costmodel-toy-energy/{champion.version}")
-    work = pd.DataFrame([{"op": "matmul", "m": 256, "n": 256, "k": 256, "dtype": "float32", "hardware": "toy-accel"},
-                         {"op": "gelu", "m": 512, "n": 1024, "dtype": "float32", "hardware": "toy-accel"}])
+    work = pd.DataFrame(
+        [
+            {"op": "matmul", "m": 256, "n": 256, "k": 256, "dtype": "float32", "hardware": "toy-accel"},
+            {"op": "gelu", "m": 512, "n": 1024, "dtype": "float32", "hardware": "toy-accel"},
+        ]
+    )
     pred = model.predict(work)
     assert list(pred.columns) == ["energy_j", "energy_j_lo", "energy_j_hi"] and (pred["energy_j"] > 0).all()
     assert ((pred["energy_j_lo"] < pred["energy_j"]) & (pred["energy_j"] < pred["energy_j_hi"])).all()

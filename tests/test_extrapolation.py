@@ -1,4 +1,6 @@
-"""Extrapolation checks (models/extrapolation.py) and their runner (benchmarks/extrapolation.py) on small real slices."""
+"""Extrapolation checks (models/extrapolation.py) and their runner (benchmarks/extrapolation.py) on small real
+slices."""
+
 from __future__ import annotations
 
 import subprocess
@@ -39,8 +41,10 @@ def test_folds_hold_out_what_they_say(registry):
 def test_run_check_scores_every_candidate_on_the_same_rows(registry):
     rows = small_rows()
     frames = {"physics": small_frame(), "tabular": spec_features(rows, registry)}
-    cands = [ex.Candidate("physics", lambda: PhysicsModel(n_estimators=40, interval_folds=False), "physics"),
-             ex.Candidate("roofline", RooflineModel, "tabular")]
+    cands = [
+        ex.Candidate("physics", lambda: PhysicsModel(n_estimators=40, interval_folds=False), "physics"),
+        ex.Candidate("roofline", RooflineModel, "tabular"),
+    ]
     (phys, roof) = ex.run_check("c", rows, frames, cands, registry)
     assert phys["metrics"]["all"]["n"] == roof["metrics"]["all"]["n"] > 0
     assert {"in_domain", "covered"} <= set(phys["metrics"]["all"]) and "covered" not in roof["metrics"]["all"]
@@ -55,17 +59,29 @@ def test_few_shot_check_calibrates_with_k_rows(registry):
     from features.physics import PhysicsFeaturizer
 
     frames = {"physics": PhysicsFeaturizer(registry).transform(rows), "tabular": spec_features(rows, registry)}
-    cands = [ex.Candidate("physics", lambda: PhysicsModel(n_estimators=40, interval_folds=False), "physics"),
-             ex.Candidate("roofline", RooflineModel, "tabular")]
+    cands = [
+        ex.Candidate("physics", lambda: PhysicsModel(n_estimators=40, interval_folds=False), "physics"),
+        ex.Candidate("roofline", RooflineModel, "tabular"),
+    ]
     results = ex.run_check("f", rows, frames, cands, registry, ks=(10, 30), draws=1)
-    assert {(r["model"], r["k"]) for r in results} == {("physics", 10), ("physics", 30), ("roofline", 10),
-                                                        ("roofline", 30)}
+    assert {(r["model"], r["k"]) for r in results} == {
+        ("physics", 10),
+        ("physics", 30),
+        ("roofline", 10),
+        ("roofline", 30),
+    }
     for r in results:
         assert np.isfinite(r["metrics"]["all"]["mape"])
 
 
 def test_runner_rejects_an_unknown_check():
-    proc = subprocess.run([sys.executable, "benchmarks/extrapolation.py", "--check", "z"], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/extrapolation.py", "--check", "z"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: unknown check(s) z (a, b, c, d, e, f, all)"

@@ -1,4 +1,5 @@
 """features.fpga: hls4ml Dense-layer estimates by hand and against real wa-hls4ml syntheses."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,13 @@ from tests.conftest import SHARED
 
 
 def dense(k, n, bits, reuse, strategy="resource") -> pd.DataFrame:
-    return pd.DataFrame({"k": [k], "n": [n], "config": [json.dumps(
-        {"precision_bits": bits, "reuse_factor": reuse, "strategy": strategy})]})
+    return pd.DataFrame(
+        {
+            "k": [k],
+            "n": [n],
+            "config": [json.dumps({"precision_bits": bits, "reuse_factor": reuse, "strategy": strategy})],
+        }
+    )
 
 
 def test_bram18_blocks_by_hand():
@@ -26,8 +32,11 @@ def test_bram18_blocks_by_hand():
 
 
 def test_hls4ml_features_by_hand():
-    f = hls4ml_features(pd.concat([dense(256, 128, 12, 512), dense(32, 32, 20, 1, "latency"),
-                                   dense(160, 192, 8, 480)], ignore_index=True))
+    f = hls4ml_features(
+        pd.concat(
+            [dense(256, 128, 12, 512), dense(32, 32, 20, 1, "latency"), dense(160, 192, 8, 480)], ignore_index=True
+        )
+    )
     r, lat, wrap = f.iloc[0], f.iloc[1], f.iloc[2]
     assert r["mults_per_cycle"] == 64 and r["dsp_per_mult"] == 1 and r["dsps_if_mapped"] == 64
     assert r["bram18_if_stored"] == np.ceil(64 * 12 / 36) and r["pipeline_depth"] == 514
@@ -40,8 +49,9 @@ def test_hls4ml_features_by_hand():
     assert wrap["log2_outputs_per_lane"] == np.log2(3) and wrap["outputs_per_lane_pow2"] == 0
     assert lat["log2_outputs_per_lane"] == 0 and lat["shared_dsp"] == 0 and r["shared_dsp"] == 0
     assert hls4ml_features(dense(32, 32, 8, 4, "latency"))["shared_dsp"].iloc[0] == 1
-    assert list(fpga_features(dense(32, 32, 8, 4)).columns) == list(f.columns[: len(fpga_features(dense(1, 1, 1, 1))
-                                                                                   .columns)])
+    assert list(fpga_features(dense(32, 32, 8, 4)).columns) == list(
+        f.columns[: len(fpga_features(dense(1, 1, 1, 1)).columns)]
+    )
     assert public_eval.fpga_features is fpga_features  # moved, still importable from the old place
     with pytest.raises(ValueError, match="reuse_factor"):
         hls4ml_features(dense(32, 32, 8, 0))

@@ -1,4 +1,5 @@
 """GNN and token-transformer cost models (models/gnn.py, models/transformer.py) and pipelines.networks."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,11 @@ from models.gnn import GNNModel, anchor_fit
 from models.transformer import TransformerModel
 
 # layer chains (wa-hls4ml style): small graphs without a torch-mlir export, runtime ~ total MACs
-CHAINS = [[{"op": "dense", "d_in": d, "d_out": d, "precision": 16, "reuse_factor": 1}] * k
-          for d in (8, 16, 32, 64) for k in (1, 2, 3)]
+CHAINS = [
+    [{"op": "dense", "d_in": d, "d_out": d, "precision": 16, "reuse_factor": 1}] * k
+    for d in (8, 16, 32, 64)
+    for k in (1, 2, 3)
+]
 Y = np.array([1e-3 * len(c) * c[0]["d_in"] ** 2 for c in CHAINS])
 
 
@@ -25,9 +29,15 @@ def _two_copies(g):
     from torch_geometric.data import Data
 
     n = g.num_nodes
-    return Data(x=torch.cat([g.x, g.x]), edge_index=torch.cat([g.edge_index, g.edge_index + n], dim=1),
-                edge_attr=torch.cat([g.edge_attr, g.edge_attr]), u=g.u, roofline_ms=torch.cat([g.roofline_ms] * 2),
-                kernel=torch.cat([g.kernel] * 2), num_nodes=2 * n)
+    return Data(
+        x=torch.cat([g.x, g.x]),
+        edge_index=torch.cat([g.edge_index, g.edge_index + n], dim=1),
+        edge_attr=torch.cat([g.edge_attr, g.edge_attr]),
+        u=g.u,
+        roofline_ms=torch.cat([g.roofline_ms] * 2),
+        kernel=torch.cat([g.kernel] * 2),
+        num_nodes=2 * n,
+    )
 
 
 @pytest.mark.parametrize("conv,readout", [("sage", "anchored"), ("gatv2", "anchored"), ("sage", "free")])
@@ -58,7 +68,8 @@ def test_untrained_anchored_gnn_is_the_calibrated_roofline():
 
 
 def test_anchored_node_costs_are_bounded_around_the_roofline():
-    """Whatever the features (here a graph far outside training), e^(a-B) R_v + e^(b-B) K_v <= c_v <= e^(a+B) R_v + e^(b+B) K_v."""
+    """Whatever the features (here a graph far outside training), e^(a-B) R_v + e^(b-B) K_v <= c_v <= e^(a+B) R_v +
+    e^(b+B) K_v."""
     graphs = _graphs()
     model = GNNModel(hidden=16, layers=2, epochs=10, bound=1.5).fit(graphs, Y)
     g = graphs[-1].clone()
@@ -109,9 +120,13 @@ def test_gnn_bad_input():
         GNNModel().fit([g], [1.0])
 
 
-NET_SHAPES = [("mlp", dict(batch=8, width=64, depth=2)), ("cnn", dict(batch=2, width=8, depth=2, h=16)),
-              ("resnet", dict(batch=2, width=8, depth=1, h=16)), ("gated_mlp", dict(batch=4, width=32, depth=2)),
-              ("transformer", dict(batch=2, seq_len=16, width=32, heads=2, depth=1))]
+NET_SHAPES = [
+    ("mlp", dict(batch=8, width=64, depth=2)),
+    ("cnn", dict(batch=2, width=8, depth=2, h=16)),
+    ("resnet", dict(batch=2, width=8, depth=1, h=16)),
+    ("gated_mlp", dict(batch=4, width=32, depth=2)),
+    ("transformer", dict(batch=2, seq_len=16, width=32, heads=2, depth=1)),
+]
 
 
 @pytest.mark.parametrize("op,params", NET_SHAPES)
@@ -173,11 +188,19 @@ module {
 """
 
 
-@pytest.mark.parametrize("name,cls", [("linalg.conv_2d_nhwc_hwcf", "contraction"), ("linalg.matmul", "contraction"),
-                                      ("linalg.depthwise_conv_2d_nchw_chw", "contraction"),
-                                      ("linalg.pooling_nchw_max", "reduction"), ("stablehlo.convert", "elementwise"),
-                                      ("linalg.transpose", "data_movement"), ("tensor.collapse_shape", "view_constant"),
-                                      ("func.return", "control")])
+@pytest.mark.parametrize(
+    "name,cls",
+    [
+        ("linalg.conv_2d_nhwc_hwcf", "contraction"),
+        ("linalg.matmul", "contraction"),
+        ("linalg.depthwise_conv_2d_nchw_chw", "contraction"),
+        ("linalg.pooling_nchw_max", "reduction"),
+        ("stablehlo.convert", "elementwise"),
+        ("linalg.transpose", "data_movement"),
+        ("tensor.collapse_shape", "view_constant"),
+        ("func.return", "control"),
+    ],
+)
 def test_op_classes_of_names(name, cls):
     from features.mlir.graph import OpNode, op_class
 
@@ -200,8 +223,9 @@ def test_generic_iteration_space_flops_bytes_and_roofline():
     spec = reg.get("H100-SXM")
     data = GraphEncoder(reg).encode(g, hardware="H100-SXM")
     i = gen.index
-    assert float(data.roofline_ms[i]) == pytest.approx(roofline_ms(c.flops, c.bytes, spec.peak_flops("float32"),
-                                                                   spec.bandwidth_bytes_s), rel=1e-6)
+    assert float(data.roofline_ms[i]) == pytest.approx(
+        roofline_ms(c.flops, c.bytes, spec.peak_flops("float32"), spec.bandwidth_bytes_s), rel=1e-6
+    )
     assert data.kernel.tolist() == [float(n.name == "linalg.generic") for n in g.nodes]
     assert GraphEncoder(op_names=False).encode(g).x.shape[1] == NODE_FEATURES - OP_NAME_FEATURES
 
@@ -230,14 +254,32 @@ def test_networks_entry_point_tiny(tmp_path):
 
     out = run_entry("pipelines.networks", "debug=tiny_networks", out=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    for name in ("held_out_mlp", "held_out_cnn", "held_out_transformer", "deeper", "gnn", "xgb_layer_sum",
-                 "roofline_sum", "roofline_fit"):
+    for name in (
+        "held_out_mlp",
+        "held_out_cnn",
+        "held_out_transformer",
+        "deeper",
+        "gnn",
+        "xgb_layer_sum",
+        "roofline_sum",
+        "roofline_fit",
+    ):
         assert name in out.stdout
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["costmodel-networks"])
-    assert sorted(runs["tags.model"]) == sorted(["gnn_residual", "token_transformer_residual", "composed", "gnn",
-                                                 "token_transformer", "xgb_layer_sum", "roofline_sum", "roofline_fit",
-                                                 "measured_layer_sum"])  # one run per model
+    assert sorted(runs["tags.model"]) == sorted(
+        [
+            "gnn_residual",
+            "token_transformer_residual",
+            "composed",
+            "gnn",
+            "token_transformer",
+            "xgb_layer_sum",
+            "roofline_sum",
+            "roofline_fit",
+            "measured_layer_sum",
+        ]
+    )  # one run per model
     for model in ("gnn", "gnn_residual", "composed"):
         assert np.isfinite(runs.loc[runs["tags.model"] == model, "metrics.deeper/all/mape"].iloc[0])
     assert "kernel model of record" in out.stdout
@@ -272,14 +314,22 @@ def composed_nets(tmp_path_factory, registry):
             rows.append({"op": op, "dtype": "float32", "hardware": "T4", **p, "runtime_ms": 0.005 + f / 8e9 + b / 3e8})
     rows = pd.DataFrame(rows)
     path = tmp_path_factory.mktemp("kernel") / "km"
-    XGBoostModel(n_estimators=30, n_jobs=1).fit(TabularFeaturizer(registry).transform(rows),
-                                                rows["runtime_ms"].to_numpy()).save(path)
-    nets = [("mlp", dict(batch=4, width=16, depth=1)), ("mlp", dict(batch=4, width=32, depth=2)),
-            ("cnn", dict(batch=2, width=8, depth=1, h=16)),
-            ("transformer", dict(batch=1, seq_len=8, width=32, heads=2, depth=1))]
+    XGBoostModel(n_estimators=30, n_jobs=1).fit(
+        TabularFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy()
+    ).save(path)
+    nets = [
+        ("mlp", dict(batch=4, width=16, depth=1)),
+        ("mlp", dict(batch=4, width=32, depth=2)),
+        ("cnn", dict(batch=2, width=8, depth=1, h=16)),
+        ("transformer", dict(batch=1, seq_len=8, width=32, heads=2, depth=1)),
+    ]
     df = pd.DataFrame({"mlir": [export_workload(o, p) for o, p in nets], "hardware": "T4"})
-    return {"km": str(path), "graphs": ComposedGraphEncoder(registry, op_names=False).transform(df),
-            "tokens": ComposedTokenEncoder(registry).transform(df), "y": np.array([0.05, 0.1, 0.08, 0.3])}
+    return {
+        "km": str(path),
+        "graphs": ComposedGraphEncoder(registry, op_names=False).transform(df),
+        "tokens": ComposedTokenEncoder(registry).transform(df),
+        "y": np.array([0.05, 0.1, 0.08, 0.3]),
+    }
 
 
 def test_residual_gnn_falls_back_to_the_composition(composed_nets, tmp_path):
@@ -315,8 +365,9 @@ def test_residual_token_transformer_falls_back_to_the_composition(composed_nets,
     base = ComposedNetworkModel(km).fit(X[:3], y[:3]).predict(X)
     model = TransformerModel(residual=True, kernel_model=km, d_model=16, heads=2, layers=1, epochs=0).fit(X[:3], y[:3])
     np.testing.assert_allclose(model.predict(X), base, rtol=1e-6)  # its output layer starts at zero
-    model = TransformerModel(residual=True, kernel_model=km, d_model=16, heads=2, layers=1, epochs=10,
-                             bound=0.3).fit(X[:3], y[:3])
+    model = TransformerModel(residual=True, kernel_model=km, d_model=16, heads=2, layers=1, epochs=10, bound=0.3).fit(
+        X[:3], y[:3]
+    )
     assert np.all(np.abs(np.log(model.predict(X) / base)) < 0.3)
     loaded = load_model(model.save(tmp_path / "tf"))
     np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-6)

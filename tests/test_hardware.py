@@ -44,7 +44,11 @@ def test_specs_agree_with_neusight_device_configs(registry):
         spec = registry.get(f.stem)
         assert abs(spec.memory_bandwidth_gbs - cfg["mem_bw"]) / cfg["mem_bw"] < 0.10, (f.stem, spec, cfg)
         assert abs(spec.l2_cache_mb - cfg["l2cache"]) / cfg["l2cache"] < 0.10, (f.stem, spec, cfg)
-        assert abs(spec.peak_flops("float32") / 1e9 - cfg["singleflops"]) / cfg["singleflops"] < 0.10, (f.stem, spec, cfg)
+        assert abs(spec.peak_flops("float32") / 1e9 - cfg["singleflops"]) / cfg["singleflops"] < 0.10, (
+            f.stem,
+            spec,
+            cfg,
+        )
 
 
 def test_detect_cpu_measures_its_roofline():

@@ -1,5 +1,6 @@
 """models.hurdle.HurdleModel: exact zeros where the classifier says zero, amounts from the non-zero rows, bounds,
 intervals through models.conformal, round trip, and on real wa-hls4ml designs against the plain log1p model."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,8 +33,14 @@ def zero_heavy(n: int = 600, seed: int = 0):
 def test_exact_zeros_and_amounts():
     X, Y = zero_heavy()
     tr, te = np.arange(400), np.arange(400, 600)
-    model = HurdleModel(["size", "count"], hurdle_targets=("count",), transform=["log", "log1p"],
-                        base_columns=[None, "mults_base"], n_estimators=200, classifier_estimators=50)
+    model = HurdleModel(
+        ["size", "count"],
+        hurdle_targets=("count",),
+        transform=["log", "log1p"],
+        base_columns=[None, "mults_base"],
+        n_estimators=200,
+        classifier_estimators=50,
+    )
     P = model.fit(X.iloc[tr], Y[tr]).predict(X.iloc[te])
     zero = Y[te, 1] == 0
     assert P.shape == (200, 2) and zero.any() and (~zero).any()
@@ -49,8 +56,13 @@ def test_exact_zeros_and_amounts():
 def test_one_class_bounds_and_errors(tmp_path):
     X, Y = zero_heavy(200)
     Y = np.column_stack([Y, np.zeros(len(Y))])  # a target that is always 0: no classifier to fit
-    model = HurdleModel(["size", "count", "never"], hurdle_targets=("count", "never"),
-                        transform=["log", "log1p", "log1p"], upper=[1e4, None, None], n_estimators=30)
+    model = HurdleModel(
+        ["size", "count", "never"],
+        hurdle_targets=("count", "never"),
+        transform=["log", "log1p", "log1p"],
+        upper=[1e4, None, None],
+        n_estimators=30,
+    )
     P = model.fit(X, Y).predict(X)
     assert np.all(P[:, 2] == 0) and P[:, 0].max() <= 1e4 and (Y[:, 0] > 1e4).any()
     loaded = load_model(model.save(tmp_path / "hurdle"))
@@ -76,12 +88,23 @@ def test_hurdle_on_withheld_layer_shapes(wa, registry):
     X, Y = hls4ml_features(ok), ok[list(FPGA_TARGETS)].to_numpy(float)
     lower, upper = fpga_bounds(registry, "xcvu13p")
     tr, te = held_out_layer_shapes(ok, 0.25, 0)
-    hurdle = HurdleModel(list(FPGA_TARGETS), transform=TRANSFORMS, lower=lower, upper=upper,
-                         base_columns=[None, None, "dsps_base", "bram18_base", "latency_base"], max_depth=3,
-                         n_estimators=300)
+    hurdle = HurdleModel(
+        list(FPGA_TARGETS),
+        transform=TRANSFORMS,
+        lower=lower,
+        upper=upper,
+        base_columns=[None, None, "dsps_base", "bram18_base", "latency_base"],
+        max_depth=3,
+        n_estimators=300,
+    )
     P = hurdle.fit(X.iloc[tr], Y[tr]).predict(X.iloc[te])
-    plain = XGBoostModel(n_estimators=300, n_jobs=1, targets=list(FPGA_TARGETS), transform=TRANSFORMS, lower=lower,
-                         upper=upper).fit(X.iloc[tr], Y[tr]).predict(X.iloc[te])
+    plain = (
+        XGBoostModel(
+            n_estimators=300, n_jobs=1, targets=list(FPGA_TARGETS), transform=TRANSFORMS, lower=lower, upper=upper
+        )
+        .fit(X.iloc[tr], Y[tr])
+        .predict(X.iloc[te])
+    )
     dsp = list(FPGA_TARGETS).index("dsp")
     zero_acc = np.mean((Y[te, dsp] > 0) == (P[:, dsp] > 0))
     assert zero_acc >= 0.98 and smape(Y[te, dsp], P[:, dsp]) < smape(Y[te, dsp], plain[:, dsp])
@@ -98,8 +121,17 @@ def two_regimes(n: int = 600, seed: int = 0):
     lanes, bits = rng.choice([1, 2, 4, 8], n).astype(float), rng.integers(2, 15, n).astype(float)
     regime = rng.integers(0, 2, n).astype(float)
     y = np.where(regime == 0, 30 * d_in + d_out * (40 + 25 * np.log2(lanes)), d_in * d_out * (1 + 0.4 * bits))
-    X = pd.DataFrame({"parallel": regime, "d_in": d_in, "d_out": d_out, "weights": d_in * d_out,
-                      "log2_d_out": np.log2(d_out), "lanes": lanes, "bits": bits})
+    X = pd.DataFrame(
+        {
+            "parallel": regime,
+            "d_in": d_in,
+            "d_out": d_out,
+            "weights": d_in * d_out,
+            "log2_d_out": np.log2(d_out),
+            "lanes": lanes,
+            "bits": bits,
+        }
+    )
     return X, np.column_stack([y * np.exp(rng.normal(0, 0.01, n)), np.where(bits > 6, d_out, 0.0)])
 
 
@@ -108,8 +140,13 @@ def test_regime_models_per_law_and_offset(tmp_path):
     # withhold the largest layers: only the per-output / per-weight factor and the offset carry the size; rows
     # of equal lanes and d_out differ only in d_in, which identifies the slope of the offset
     big = ((X["d_in"] == 256) & (X["d_out"] == 128)).to_numpy()
-    regimes = {"size": {"features": {"0": ["lanes", "log2_d_out"], "1": ["bits"]},
-                        "base_columns": {"0": "d_out", "1": "weights"}, "offset_columns": {"0": "d_in"}}}
+    regimes = {
+        "size": {
+            "features": {"0": ["lanes", "log2_d_out"], "1": ["bits"]},
+            "base_columns": {"0": "d_out", "1": "weights"},
+            "offset_columns": {"0": "d_in"},
+        }
+    }
     kw = {"transform": ["log", "log1p"], "hurdle_targets": ("count",), "n_estimators": 200, "classifier_estimators": 30}
     model = HurdleModel(["size", "count"], regime_column="parallel", regime_models=regimes, **kw)
     P = model.fit(X[~big], Y[~big]).predict(X[big])
@@ -121,7 +158,11 @@ def test_regime_models_per_law_and_offset(tmp_path):
     with pytest.raises(ValueError, match="never seen in training"):
         model.predict(X.assign(parallel=2.0))
     with pytest.raises(ValueError, match="regime target"):
-        HurdleModel(["size", "count"], regime_column="parallel", regime_models=regimes,
-                    **{**kw, "transform": ["log1p", "log1p"]}).fit(X, Y)
+        HurdleModel(
+            ["size", "count"],
+            regime_column="parallel",
+            regime_models=regimes,
+            **{**kw, "transform": ["log1p", "log1p"]},
+        ).fit(X, Y)
     with pytest.raises(ValueError, match="need regime_column"):
         HurdleModel(["size", "count"], regime_models=regimes, **kw).fit(X, Y)

@@ -1,5 +1,6 @@
 """Importers read the real shared files: row counts, unit conversions on known rows, shape conventions
 (FLOPs recomputed from our mapped shape vs the source's own), and no device-observed column outside meta."""
+
 import json
 
 import numpy as np
@@ -12,8 +13,18 @@ from tests.conftest import SHARED, run_entry
 
 pytestmark = pytest.mark.shared_data
 
-NEUSIGHT_OBSERVED = ["Kernel Name", "Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z",
-                     "Block x", "Block y", "Block z", "Kernels"]
+NEUSIGHT_OBSERVED = [
+    "Kernel Name",
+    "Warps per SM",
+    "Blocks per SM",
+    "Grid x",
+    "Grid y",
+    "Grid z",
+    "Block x",
+    "Block y",
+    "Block z",
+    "Kernels",
+]
 
 
 def _meta(df):
@@ -32,6 +43,7 @@ def _no_leak(df, names):
 @pytest.fixture(scope="module")
 def hopper():
     from data.importers.hopper import import_hopper
+
     return import_hopper(SHARED)
 
 
@@ -43,7 +55,13 @@ def test_hopper_counts_units_and_conventions(hopper):
     # units: energy_mj_per_call / 1000 = energy_j, on every row and on a known one
     np.testing.assert_allclose(hopper["energy_j"], src["energy_mj_per_call"] / 1000)
     first = hopper.iloc[0]
-    assert (first["op"], first["m"], first["n"], first["energy_j"], first["power_w"]) == ("add", 6852, 1024, 0.014551, 565.924)
+    assert (first["op"], first["m"], first["n"], first["energy_j"], first["power_w"]) == (
+        "add",
+        6852,
+        1024,
+        0.014551,
+        565.924,
+    )
     assert first["timestamp"] == pd.Timestamp(1795409583, unit="s", tz="UTC")
     assert hopper["power_method"].eq("nvml_energy_counter_tick_aligned").all()
     assert hopper["timing_method"].eq("cuda_events").all()
@@ -71,6 +89,7 @@ def test_hopper_counts_units_and_conventions(hopper):
 
 def test_neusight_sample_conventions_and_meta():
     from data.importers.neusight import OBSERVED, import_neusight
+
     df = import_neusight(SHARED, max_rows_per_file=40)
     n_files = 5 + 5 + 4 + 3  # bmm, linear, conv per GPU + elem, ln, softmax
     assert len(df) == 40 * n_files
@@ -85,7 +104,9 @@ def test_neusight_sample_conventions_and_meta():
     np.testing.assert_array_equal(ours["flops"], 2.0 * raw["B"] * raw["M"] * raw["N"] * raw["K"])
     np.testing.assert_allclose(ours["runtime_ms"], raw["Latency"])
     # bytes follow our convention: A[b,m,k] + B[b,k,n] + C[b,m,n] in float32
-    np.testing.assert_array_equal(ours["bytes"], 4.0 * raw["B"] * (raw["M"] * raw["N"] + raw["N"] * raw["K"] + raw["M"] * raw["K"]))
+    np.testing.assert_array_equal(
+        ours["bytes"], 4.0 * raw["B"] * (raw["M"] * raw["N"] + raw["N"] * raw["K"] + raw["M"] * raw["K"])
+    )
     # linear: input (B,M,N), Linear(N,K) -> m = B*M, k = N, n = K
     raw = pd.read_csv(SHARED / "neusight/train/linear/Tesla_P4.csv", nrows=40)
     ours = df[(df["op"] == "linear") & (df["hardware"] == "P4")]
@@ -95,7 +116,8 @@ def test_neusight_sample_conventions_and_meta():
     raw = pd.read_csv(SHARED / "neusight/train/conv/Tesla_V100-PCIE-32GB.csv", nrows=1)
     conv = df[(df["op"] == "conv2d") & (df["hardware"] == "V100-PCIe-32GB")].iloc[0]
     assert (conv["c_in"], conv["c_out"], conv["h"], conv["w"], conv["kernel"]) == tuple(
-        int(raw[c].iat[0]) for c in ("Input_Channel", "Output_Channel", "Input_Size", "Input_Size", "Kernel_Szie"))
+        int(raw[c].iat[0]) for c in ("Input_Channel", "Output_Channel", "Input_Size", "Input_Size", "Kernel_Szie")
+    )
     # GPU-observed columns live in meta and nowhere else
     assert all(set(OBSERVED) <= set(m) for m in meta if m["source_op"] in ("bmm", "linear", "conv", "ln"))
     assert all(m["Kernel Name"] for m in meta)
@@ -104,6 +126,7 @@ def test_neusight_sample_conventions_and_meta():
 
 def test_neusight_elementwise_ops_map_to_real_ops():
     from data.importers.neusight import ELEM_OPS, import_neusight
+
     df = import_neusight(SHARED, kinds=("elem",))
     assert len(df) == 8250 and df["family"].eq("elementwise").all()
     assert set(df["op"]) == set(ELEM_OPS.values())
@@ -113,6 +136,7 @@ def test_neusight_elementwise_ops_map_to_real_ops():
 @pytest.mark.slow
 def test_neusight_full_import_counts():
     from data.importers.neusight import import_neusight
+
     df = import_neusight(SHARED)
     raw = sum(len(pd.read_csv(f, usecols=["Latency"])) for f in (SHARED / "neusight" / "train").rglob("*.csv"))
     assert len(df) == raw == 150977
@@ -121,6 +145,7 @@ def test_neusight_full_import_counts():
 
 def test_kerneltuner_sample_and_errors():
     from data.importers.kerneltuner import import_kerneltuner
+
     df = import_kerneltuner(SHARED, max_configs_per_file=300)
     assert len(df) == 300 * 7
     gemm = df[df["op"] == "matmul"]
@@ -145,6 +170,7 @@ def test_kerneltuner_sample_and_errors():
 @pytest.mark.slow
 def test_kerneltuner_full_failed_configs_become_error_rows():
     from data.importers.kerneltuner import import_kerneltuner
+
     df = import_kerneltuner(SHARED)
     assert len(df) == 4 * 4362 + 2 * 17956 + 10000
     err = df[df["status"] == "error"]
@@ -154,6 +180,7 @@ def test_kerneltuner_full_failed_configs_become_error_rows():
 
 def test_wa_hls4ml_targets_feasibility_and_part():
     from data.importers.wa_hls4ml import import_wa_hls4ml
+
     df = import_wa_hls4ml(SHARED)
     assert len(df) == 2 * 1071 and (df["status"] == "ok").sum() == 724 + 60
     assert df["hardware"].eq("xcvu13p").all() and df["op"].eq("dense").all() and df["dtype"].eq("fixed").all()
@@ -164,13 +191,20 @@ def test_wa_hls4ml_targets_feasibility_and_part():
     j = src.index[(src["model_name"] == "dense_32_32_2b") & (src["rf"] == 512)][0]
     row = df.iloc[j]
     assert (row["k"], row["n"], row["m"]) == (32, 32, 1)
-    assert (row["lut"], row["ff"], row["bram_18k"], row["latency_cycles"], row["interval_cycles"]) == (6750, 641, 2, 514, 512)
+    assert (row["lut"], row["ff"], row["bram_18k"], row["latency_cycles"], row["interval_cycles"]) == (
+        6750,
+        641,
+        2,
+        514,
+        512,
+    )
     assert json.loads(row["config"]) == {"precision_bits": 2, "reuse_factor": 512, "strategy": "resource"}
     assert json.loads(row["meta"])["BestLatency_hls"] == 513
 
 
 def test_missing_folder_is_one_clear_error(tmp_path):
     from data.importers.hopper import import_hopper
+
     with pytest.raises(DatasetError, match="does not exist"):
         import_hopper(tmp_path / "nope")
     (tmp_path / "hopper").mkdir()

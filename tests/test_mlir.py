@@ -1,4 +1,5 @@
 """MLIR feature stage: real torch-mlir exports, the real MLIR parser, the three encodings, the CLI."""
+
 import json
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from data.schema import validate as validate_rows
 from features import get_encoder
 from features.encoders import HIST_COLUMNS, NODE_FEATURES, WIDTH, build_vocab, load_vocab
-from features.mlir import (MlirStore, attach_mlir, export_workload, parse_mlir, to_generic, workloads_from_mlir)
+from features.mlir import MlirStore, attach_mlir, export_workload, parse_mlir, to_generic, workloads_from_mlir
 from features.tabular import FeatureError, TabularFeaturizer
 from tests.conftest import run_cli
 
@@ -16,7 +17,10 @@ CASES = {
     "matmul": ({"m": 64, "n": 32, "k": 16}, "float32"),
     "linear": ({"m": 64, "n": 32, "k": 16}, "float16"),
     "bmm": ({"batch": 3, "m": 8, "n": 4, "k": 5}, "float32"),
-    "conv2d": ({"batch": 2, "c_in": 3, "c_out": 8, "h": 14, "w": 12, "kernel": 3, "stride": 2, "padding": 1}, "float32"),
+    "conv2d": (
+        {"batch": 2, "c_in": 3, "c_out": 8, "h": 14, "w": 12, "kernel": 3, "stride": 2, "padding": 1},
+        "float32",
+    ),
     "gelu": ({"m": 5, "n": 7}, "bfloat16"),
 }
 
@@ -75,8 +79,19 @@ def test_export_parse_graph_round_trip(exported, registry):
 def test_known_module_node_and_edge_counts():
     g = parse_mlir(SMALL)
     assert [n.name for n in g.nodes] == [
-        "func.func", "arith.constant", "tensor.empty", "linalg.generic", "math.erf", "arith.mulf", "linalg.yield",
-        "linalg.matmul", "arith.mulf", "arith.addf", "linalg.yield", "func.return"]
+        "func.func",
+        "arith.constant",
+        "tensor.empty",
+        "linalg.generic",
+        "math.erf",
+        "arith.mulf",
+        "linalg.yield",
+        "linalg.matmul",
+        "arith.mulf",
+        "arith.addf",
+        "linalg.yield",
+        "func.return",
+    ]
     assert sorted(g.edges) == [(2, 3), (2, 7), (3, 7), (4, 5), (5, 6), (7, 11), (8, 9), (9, 10)]
     gen = g.nodes[3]
     assert gen.iterator_types == ("parallel", "parallel") and len(gen.attrs["indexing_maps"]) == 2
@@ -91,17 +106,30 @@ def test_generic_form_and_other_dialects_are_accepted(exported):
         assert [n.name for n in a.nodes] == [n.name for n in b.nodes] and a.edges == b.edges
         pd.testing.assert_frame_equal(workloads_from_mlir(text), workloads_from_mlir(generic))
     g = parse_mlir(MIXED)
-    assert [n.name for n in g.nodes] == ["func.func", "tosa.add", "stablehlo.exponential", "stablehlo.add", "func.return"]
+    assert [n.name for n in g.nodes] == [
+        "func.func",
+        "tosa.add",
+        "stablehlo.exponential",
+        "stablehlo.add",
+        "func.return",
+    ]
     assert sorted(g.edges) == [(1, 2), (1, 3), (2, 3), (3, 4)]
     assert g.nodes[3].results[0].shape == (4, 8) and g.nodes[3].dialect == "stablehlo"
 
 
-@pytest.mark.parametrize("text,where", [
-    (SMALL.replace("tensor.empty()", "tensor.empty("), "5:23"),                   # syntax error
-    (SMALL.replace("%w : tensor<8x16xf32>, tensor<16x16xf32>", "%w : tensor<8x16xf32>, tensor<8x16xf32>")
-     .replace("%w: tensor<16x16xf32>", "%w: tensor<8x16xf32>"), "12:10"),        # verifier: shapes disagree
-    ('%0 = "stablehlo.add"(%a) : (f32) -> f32', "1:22"),                         # undefined value
-])
+@pytest.mark.parametrize(
+    "text,where",
+    [
+        (SMALL.replace("tensor.empty()", "tensor.empty("), "5:23"),  # syntax error
+        (
+            SMALL.replace(
+                "%w : tensor<8x16xf32>, tensor<16x16xf32>", "%w : tensor<8x16xf32>, tensor<8x16xf32>"
+            ).replace("%w: tensor<16x16xf32>", "%w: tensor<8x16xf32>"),
+            "12:10",
+        ),  # verifier: shapes disagree
+        ('%0 = "stablehlo.add"(%a) : (f32) -> f32', "1:22"),  # undefined value
+    ],
+)
 def test_malformed_mlir_names_line_and_column(text, where):
     with pytest.raises(FeatureError) as info:
         parse_mlir(text, "k.mlir")
@@ -126,16 +154,32 @@ def test_tokenizer_vocabulary_is_fixed_and_saved(exported):
 
 
 def test_layer_chain_goes_through_the_same_encoders(registry):
-    layers = [{"d_in": 64, "d_out": 32, "prec": 8, "rf": 4, "strategy": "Latency"},
-              {"d_in": 32, "d_out": 32, "prec": 8, "rf": 1}, {"d_in": 32, "d_out": 5, "prec": 16, "rf": 2}]
+    layers = [
+        {"d_in": 64, "d_out": 32, "prec": 8, "rf": 4, "strategy": "Latency"},
+        {"d_in": 32, "d_out": 32, "prec": 8, "rf": 1},
+        {"d_in": 32, "d_out": 5, "prec": 16, "rf": 2},
+    ]
     data = get_encoder("graph").encode(layers)
     assert data.x.shape == (3, NODE_FEATURES) and data.edge_index.tolist() == [[0, 1], [1, 2]]
     assert float(data.u.abs().sum()) == 0.0  # no hardware spec: zeros, hw_known = 0
     toks = get_encoder("tokens")
     enc = toks.encode(layers)
     assert enc["per_node"].shape == (3, WIDTH)
-    assert toks.tokens(layers)[0] == ["layer.dense", "<res>", "type:fixed", "bits:8", "rank:1", "dim:2^5",
-                                      "<arg>", "type:fixed", "bits:8", "rank:1", "dim:2^6", "rf:2^2", "strategy:latency"]
+    assert toks.tokens(layers)[0] == [
+        "layer.dense",
+        "<res>",
+        "type:fixed",
+        "bits:8",
+        "rank:1",
+        "dim:2^5",
+        "<arg>",
+        "type:fixed",
+        "bits:8",
+        "rank:1",
+        "dim:2^6",
+        "rf:2^2",
+        "strategy:latency",
+    ]
     with pytest.raises(FeatureError, match=r"input\[1\]: a layer needs integer d_in and d_out"):
         toks.encode([layers[0], {"d_in": 3}])
 
@@ -143,7 +187,8 @@ def test_layer_chain_goes_through_the_same_encoders(registry):
 def test_workloads_from_mlir_recovers_shapes(exported):
     mm = workloads_from_mlir(exported["matmul"])
     assert mm[["op", "dtype", "m", "n", "k"]].to_dict("records") == [
-        {"op": "matmul", "dtype": "float32", "m": 64, "n": 32, "k": 16}]
+        {"op": "matmul", "dtype": "float32", "m": 64, "n": 32, "k": 16}
+    ]
     lin = workloads_from_mlir(exported["linear"])  # matmul (float16 behind the f32 upcast) + bias add
     assert list(lin["op"]) == ["matmul", "add"] and lin.loc[0, "dtype"] == "float16"
     assert (lin.loc[0, ["m", "n", "k"]].tolist()) == [64, 32, 16]
@@ -152,29 +197,43 @@ def test_workloads_from_mlir_recovers_shapes(exported):
     assert conv["op"] == "conv2d" and {k: int(conv[k]) for k in p} == p
     bmm = workloads_from_mlir(exported["bmm"]).iloc[0]
     assert [int(bmm[k]) for k in ("batch", "m", "n", "k")] == [3, 8, 4, 5]
-    assert workloads_from_mlir(exported["gelu"])[["op", "dtype", "m", "n"]].values.tolist() == [["gelu", "bfloat16", 5, 7]]
+    assert workloads_from_mlir(exported["gelu"])[["op", "dtype", "m", "n"]].values.tolist() == [
+        ["gelu", "bfloat16", 5, 7]
+    ]
 
 
 def test_tabular_histogram_and_mlir_column_in_the_schema(tmp_path, registry):
-    rows = pd.DataFrame([
-        {"op": "matmul", "m": 64, "n": 32, "k": 16, "dtype": "float32", "hardware": "T4"},
-        {"op": "matmul", "m": 64, "n": 32, "k": 16, "dtype": "float32", "hardware": "L4"},  # same workload
-        {"op": "add", "m": 3, "n": 4, "dtype": "float16", "hardware": "T4"},
-    ])
+    rows = pd.DataFrame(
+        [
+            {"op": "matmul", "m": 64, "n": 32, "k": 16, "dtype": "float32", "hardware": "T4"},
+            {"op": "matmul", "m": 64, "n": 32, "k": 16, "dtype": "float32", "hardware": "L4"},  # same workload
+            {"op": "add", "m": 3, "n": 4, "dtype": "float16", "hardware": "T4"},
+        ]
+    )
     store = MlirStore(tmp_path / "mlir")
     out, stats = attach_mlir(rows, store)
     assert stats["distinct"] == 2 and stats["exported"] == 2 and stats["failed"] == 0
     assert out.loc[0, "mlir_sha256"] == out.loc[1, "mlir_sha256"] != out.loc[2, "mlir_sha256"]
     assert len(list((tmp_path / "mlir").glob("*.mlir"))) == 2
     assert attach_mlir(rows, MlirStore(tmp_path / "mlir"))[1]["reused"] == 2  # index on disk: nothing re-exported
-    full = out.assign(family="gemm", shape_id="x", backend="sim-roofline", status="ok", runtime_ms=1.0, flops=1.0,
-                      bytes=1.0, source="t", env="{}", timestamp=pd.Timestamp.now(tz="UTC"))
+    full = out.assign(
+        family="gemm",
+        shape_id="x",
+        backend="sim-roofline",
+        status="ok",
+        runtime_ms=1.0,
+        flops=1.0,
+        bytes=1.0,
+        source="t",
+        env="{}",
+        timestamp=pd.Timestamp.now(tz="UTC"),
+    )
     assert validate_rows(full)["mlir_sha256"].notna().all()
 
     X = get_encoder("tabular", registry=registry, store=store).transform(pd.concat([out, rows.iloc[[2]]]))
     base = TabularFeaturizer(registry).transform(pd.concat([out, rows.iloc[[2]]]))
-    pd.testing.assert_frame_equal(X[list(base.columns)], base)   # plain tabular part unchanged
-    assert list(X.columns[len(base.columns):]) == list(HIST_COLUMNS)
+    pd.testing.assert_frame_equal(X[list(base.columns)], base)  # plain tabular part unchanged
+    assert list(X.columns[len(base.columns) :]) == list(HIST_COLUMNS)
     assert X.loc[0, "mlir_op_linalg_matmul"] == 1 and X.loc[2, "mlir_op_arith_addf"] == 1
     assert X.loc[3, "mlir_available"] == 0 and X.loc[3, list(HIST_COLUMNS)].sum() == 0
 
@@ -188,7 +247,8 @@ def test_cli_featurize_and_its_error_line(exported, tmp_path):
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert info["kernels"][0]["op"] == "matmul" and info["kernels"][0]["features"]["log2_flops"] == pytest.approx(
-        np.log2(2 * 64 * 32 * 16 + 1))
+        np.log2(2 * 64 * 32 * 16 + 1)
+    )
     assert info["op_histogram"]["mlir_op_linalg_matmul"] == 1 and info["graph"]["u"]["hw_sm_count"] == 132
     proc = run_cli("featurize", str(bad), "--hardware", "H100-SXM")
     assert proc.returncode == 2 and proc.stdout == ""
@@ -206,8 +266,17 @@ def test_make_fx_path_prints_what_torch_export_prints(exported):
 def test_cli_predicts_an_mlir_file_kernel_by_kernel(tiny_run, exported, tmp_path):
     src = tmp_path / "linear.mlir"
     src.write_text(exported["linear"])
-    proc = run_cli("predict", "--model", "models:/costmodel-runtime@champion", "--input", str(src),
-                   "--hardware", "T4", "--tracking-uri", tiny_run["uri"])
+    proc = run_cli(
+        "predict",
+        "--model",
+        "models:/costmodel-runtime@champion",
+        "--input",
+        str(src),
+        "--hardware",
+        "T4",
+        "--tracking-uri",
+        tiny_run["uri"],
+    )
     assert proc.returncode == 0, proc.stderr
     out = pd.read_csv(pd.io.common.StringIO(proc.stdout))
     assert list(out["mlir_op"]) == ["linalg.matmul", "linalg.generic", "total"]
@@ -217,9 +286,18 @@ def test_cli_predicts_an_mlir_file_kernel_by_kernel(tiny_run, exported, tmp_path
     rows = pd.read_parquet(next((tiny_run["out"] / "datasets").glob("*.parquet")))
     assert rows["mlir_sha256"].notna().all()
     assert {p.stem for p in (tiny_run["out"] / "mlir").glob("*.mlir")} == set(rows["mlir_sha256"])
-    proc = run_cli("predict", "--model", "models:/costmodel-runtime@champion", "--input", str(src),
-                   "--tracking-uri", tiny_run["uri"])
-    assert proc.returncode == 2 and proc.stderr.strip() == "costmodel: error: linear.mlir: a .mlir input needs --hardware"
+    proc = run_cli(
+        "predict",
+        "--model",
+        "models:/costmodel-runtime@champion",
+        "--input",
+        str(src),
+        "--tracking-uri",
+        tiny_run["uri"],
+    )
+    assert (
+        proc.returncode == 2 and proc.stderr.strip() == "costmodel: error: linear.mlir: a .mlir input needs --hardware"
+    )
 
 
 @pytest.mark.shared_data
@@ -228,7 +306,9 @@ def test_wa_hls4ml_rows_encode_as_layer_chains():
 
     rows = pd.read_csv(SHARED / "wa_hls4ml" / "results_resource.csv", nrows=40)
     toks, graph = get_encoder("tokens"), get_encoder("graph")
-    per_layer = [toks.encode([r])["per_node"] for r in rows[["d_in", "d_out", "prec", "rf", "strategy"]].to_dict("records")]
+    per_layer = [
+        toks.encode([r])["per_node"] for r in rows[["d_in", "d_out", "prec", "rf", "strategy"]].to_dict("records")
+    ]
     assert all(t.shape == (1, WIDTH) for t in per_layer)
     distinct = rows[["d_in", "d_out", "prec", "rf", "strategy"]].drop_duplicates()
     # different configurations -> different token vectors (dims, bits and reuse factor are bucketed)
@@ -242,9 +322,11 @@ def test_grouped_conv_has_its_own_mlir_and_recognised_groups():
 
     dense = dict(batch=2, c_in=8, c_out=8, h=8, w=8, kernel=3, stride=1, padding=1)
     assert workload_key("conv2d", validate("conv2d", dense), "float32") == workload_key(
-        "conv2d", validate("conv2d", dense | {"groups": 1}), "float32")
+        "conv2d", validate("conv2d", dense | {"groups": 1}), "float32"
+    )
     assert workload_key("conv2d", validate("conv2d", dense | {"groups": 8}), "float32") != workload_key(
-        "conv2d", validate("conv2d", dense), "float32")
+        "conv2d", validate("conv2d", dense), "float32"
+    )
     for groups, mlir_op in ((8, "linalg.depthwise_conv_2d_nchw_chw"), (2, "linalg.conv_2d_ngchw_gfchw")):
         row = workloads_from_mlir(export_workload("conv2d", dense | {"groups": groups})).iloc[0]
         assert row["mlir_op"] == mlir_op and {k: int(row[k]) for k in dense} == dense and row["groups"] == groups

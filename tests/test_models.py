@@ -1,4 +1,5 @@
 """The common suite every CostModel passes, plus a check that learning beats the roofline baseline."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,17 +15,28 @@ from models.roofline import RooflineModel
 from models.splits import held_out_shapes
 from models.tree import RandomForestModel, XGBoostModel
 
-MODELS = [lambda: RandomForestModel(n_estimators=50), lambda: XGBoostModel(n_estimators=100), RooflineModel,
-          lambda: ResidualModel(base={"kind": "xgb", "n_estimators": 100})]
+MODELS = [
+    lambda: RandomForestModel(n_estimators=50),
+    lambda: XGBoostModel(n_estimators=100),
+    RooflineModel,
+    lambda: ResidualModel(base={"kind": "xgb", "n_estimators": 100}),
+]
 
 
 @pytest.fixture(scope="module")
 def dataset(registry):
-    ops = {"matmul": {"n": 60, "params": {"m": [8, 4096], "n": [8, 4096], "k": [8, 4096]}},
-           "gelu": {"n": 30, "params": {"m": [1, 8192], "n": [16, 8192]}}}
+    ops = {
+        "matmul": {"n": 60, "params": {"m": [8, 4096], "n": [8, 4096], "k": [8, 4096]}},
+        "gelu": {"n": 30, "params": {"m": [1, 8192], "n": [16, 8192]}},
+    }
     work = random_sweep(ops, ["float32", "float16"], seed=1)
-    rows = pd.concat([collect(SimRooflineBackend(registry.get(hw)), work, progress=False)
-                      for hw in ("T4", "A100-PCIe-40GB", "H100-SXM")], ignore_index=True)
+    rows = pd.concat(
+        [
+            collect(SimRooflineBackend(registry.get(hw)), work, progress=False)
+            for hw in ("T4", "A100-PCIe-40GB", "H100-SXM")
+        ],
+        ignore_index=True,
+    )
     X = TabularFeaturizer(registry).transform(rows)
     return rows, X, rows["runtime_ms"].to_numpy()
 
@@ -74,8 +86,10 @@ def test_predictions_are_float64(make, dataset):
 
 # --- multi-target rf / xgb (models/tree.py) -----------------------------------------------------------------
 
-MULTI = [lambda **kw: RandomForestModel(n_estimators=30, n_jobs=1, **kw),
-         lambda **kw: XGBoostModel(n_estimators=60, n_jobs=1, **kw)]
+MULTI = [
+    lambda **kw: RandomForestModel(n_estimators=30, n_jobs=1, **kw),
+    lambda **kw: XGBoostModel(n_estimators=60, n_jobs=1, **kw),
+]
 
 
 def _two_targets(rows):

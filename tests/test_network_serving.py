@@ -5,6 +5,7 @@ Real parts throughout: tiny mlps measured on this CPU and exported by torch-mlir
 real GNN / token-transformer training (a few epochs) through the library path, a real MLflow sqlite store, real
 subprocesses.
 """
+
 import json
 from pathlib import Path
 
@@ -34,9 +35,9 @@ def mlp_mlir():
 def test_calibration_fold_is_per_family_and_seeded():
     fams = ["mlp"] * 6 + ["cnn"] * 3 + ["transformer"]
     mask = calibration_fold(fams, 0.3, seed=0)
-    assert mask[:6].sum() == 2 and mask[6:9].sum() == 1 and mask[9]   # round(0.3 n), at least one
+    assert mask[:6].sum() == 2 and mask[6:9].sum() == 1 and mask[9]  # round(0.3 n), at least one
     assert (calibration_fold(fams, 0.3, seed=0) == mask).all()
-    assert calibration_fold(["cnn", "cnn"], 0.9, seed=1).sum() == 1      # one left to fit on
+    assert calibration_fold(["cnn", "cnn"], 0.9, seed=1).sum() == 1  # one left to fit on
 
 
 def test_loo_coverage_scores_each_point_against_the_others():
@@ -73,8 +74,11 @@ def test_encode_networks_one_path_and_one_line_errors(registry, mlp_mlir):
         with pytest.raises(FeatureError) as exc:
             encode_networks(rows, registry, "graph")
         assert str(exc.value).startswith(msg) and "\n" not in str(exc.value), (msg, str(exc.value))
-    with pytest.raises(FeatureError, match=r"^row 0: hardware 'T4' is not among the hardware this network model "
-                                           r"was trained on \(H100-SXM\)$"):
+    with pytest.raises(
+        FeatureError,
+        match=r"^row 0: hardware 'T4' is not among the hardware this network model "
+        r"was trained on \(H100-SXM\)$",
+    ):
         encode_networks([row], registry, "tokens", trained_hardware=["H100-SXM"])
 
 
@@ -98,10 +102,18 @@ def registered(tmp_path_factory):
     decisions = {}
     for model in ("gnn", "token_transformer"):  # the library path, registration only (no eval splits)
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose("networks", overrides=["debug=tiny_networks", f"model=[{model}]", f"register.models=[{model}]",
-                                                 f"paths.output_dir={out}"])
-        exp = experiment.run_experiment(cfg, nets, reg, experiment.Target.from_config(cfg.target), folds={},
-                                        context={"layers": layers})
+            cfg = compose(
+                "networks",
+                overrides=[
+                    "debug=tiny_networks",
+                    f"model=[{model}]",
+                    f"register.models=[{model}]",
+                    f"paths.output_dir={out}",
+                ],
+            )
+        exp = experiment.run_experiment(
+            cfg, nets, reg, experiment.Target.from_config(cfg.target), folds={}, context={"layers": layers}
+        )
         decisions[model] = exp.decision
     return {"uri": f"sqlite:///{out / 'mlflow.db'}", "nets": nets, "cpu": backend.hardware.id, "decisions": decisions}
 
@@ -129,13 +141,17 @@ def test_registration_follows_the_champion_rule(registered, api):
     assert tf.promoted == (better is v2)
     # the held-out metrics are those of the calibration networks (2 of 6), never seen in fit
     run = client.get_run(v1.run_id)
-    held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=v1.run_id, artifact_path="eval/heldout_predictions.csv",
-                                                           tracking_uri=registered["uri"]))
+    held = pd.read_csv(
+        mlflow.artifacts.download_artifacts(
+            run_id=v1.run_id, artifact_path="eval/heldout_predictions.csv", tracking_uri=registered["uri"]
+        )
+    )
     assert len(held) == 2 and run.data.metrics["test/all/n_train"] == 4
     ape = np.abs(held["pred_runtime_ms"] - held["runtime_ms"]) / held["runtime_ms"] * 100
     assert run.data.metrics["test/all/mape"] == pytest.approx(ape.mean())
     assert run.data.metrics["calibration/all/log_halfwidth"] == pytest.approx(
-        calibrate(held["runtime_ms"], held["pred_runtime_ms"], 0.9))
+        calibrate(held["runtime_ms"], held["pred_runtime_ms"], 0.9)
+    )
     assert api.interval_level == 0.9 and api.meta["unit"] == "network"
     assert api.meta["encoder"]["_target_"] in ("features.encoders.GraphEncoder", "features.encoders.TokenEncoder")
     mlflow.set_tracking_uri(registered["uri"])
@@ -155,8 +171,10 @@ def test_registration_follows_the_champion_rule(registered, api):
 
 @pytest.mark.slow
 def test_champion_predicts_in_a_process_without_the_project(registered, api, mlp_mlir, tmp_path):
-    rows = [{"mlir": mlp_mlir, "hardware": registered["cpu"]},
-            {"mlir": registered["nets"]["mlir"].iloc[0], "hardware": registered["cpu"], "dtype": "float32"}]
+    rows = [
+        {"mlir": mlp_mlir, "hardware": registered["cpu"]},
+        {"mlir": registered["nets"]["mlir"].iloc[0], "hardware": registered["cpu"], "dtype": "float32"},
+    ]
     preds, files = predict_isolated(registered["uri"], MODEL, rows, ["models.pyfunc", "features.encoders"], tmp_path)
     for f in files:
         assert not f.startswith(str(ROOT)) and f"{Path('code')}" in f, f
@@ -172,8 +190,19 @@ def test_champion_predicts_in_a_process_without_the_project(registered, api, mlp
 def test_cli_mlir_file_equals_api_and_bad_input_is_one_line(registered, api, mlp_mlir, tmp_path, capsys):
     src = tmp_path / "net.mlir"
     src.write_text(mlp_mlir)
-    proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--hardware", registered["cpu"],
-                   "--tracking-uri", registered["uri"], "--format", "json")
+    proc = run_cli(
+        "predict",
+        "--model",
+        MODEL,
+        "--input",
+        str(src),
+        "--hardware",
+        registered["cpu"],
+        "--tracking-uri",
+        registered["uri"],
+        "--format",
+        "json",
+    )
     assert proc.returncode == 0, proc.stderr
     (rec,) = json.loads(proc.stdout)
     assert rec["input"] == str(src) and rec["hardware"] == registered["cpu"] and "mlir" not in rec
@@ -184,9 +213,13 @@ def test_cli_mlir_file_equals_api_and_bad_input_is_one_line(registered, api, mlp
     bad.write_text(mlp_mlir.replace("func.func", "func.func(", 1))
     from pipelines.cli import main  # the same entry point in this process (a subprocess costs ~10 s here)
 
-    for path, hw, msg in [(bad, registered["cpu"], "costmodel: error: row 0:"),
-                          (src, "T4", "costmodel: error: row 0: hardware 'T4' is not among the hardware")]:
-        code = main(["predict", "--model", MODEL, "--input", str(path), "--hardware", hw, "--tracking-uri", registered["uri"]])
+    for path, hw, msg in [
+        (bad, registered["cpu"], "costmodel: error: row 0:"),
+        (src, "T4", "costmodel: error: row 0: hardware 'T4' is not among the hardware"),
+    ]:
+        code = main(
+            ["predict", "--model", MODEL, "--input", str(path), "--hardware", hw, "--tracking-uri", registered["uri"]]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and err[0].startswith(msg), err
     with pytest.raises(ValueError, match=r"^row 0: unknown hardware 'H1000'"):
@@ -200,10 +233,13 @@ def test_rest_serving_and_http_400(registered, api, mlp_mlir, tmp_path):
         url = base + "/invocations"
         status, body = post_json(url, json.dumps({"dataframe_records": rows}).encode())
         assert status == 200, body
-        np.testing.assert_allclose(pd.DataFrame(body["predictions"])[COLS].to_numpy(), api.predict(rows)[COLS].to_numpy(),
-                                   rtol=1e-9)
-        for bad, msg in [({"mlir": "module {", "hardware": registered["cpu"]}, "row 0:"),
-                         ({"mlir": mlp_mlir, "hardware": "H1000"}, "unknown hardware 'H1000'")]:
+        np.testing.assert_allclose(
+            pd.DataFrame(body["predictions"])[COLS].to_numpy(), api.predict(rows)[COLS].to_numpy(), rtol=1e-9
+        )
+        for bad, msg in [
+            ({"mlir": "module {", "hardware": registered["cpu"]}, "row 0:"),
+            ({"mlir": mlp_mlir, "hardware": "H1000"}, "unknown hardware 'H1000'"),
+        ]:
             status, body = post_json(url, json.dumps({"dataframe_records": [bad]}).encode())
             assert status == 400 and body["error_code"] == "INVALID_PARAMETER_VALUE" and msg in body["message"], body
         status, body = post_json(url, json.dumps({"dataframe_records": rows}).encode())
@@ -227,8 +263,15 @@ def test_residual_gnn_registered_and_served(registered, mlp_mlir, tmp_path):
     reg = HardwareRegistry.from_dir(CONF_DIR)
     reg.add(backend.hardware)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("networks", overrides=["debug=tiny_networks", "model=[gnn_residual]",
-                                             "register.models=[gnn_residual]", f"paths.output_dir={tmp_path}"])
+        cfg = compose(
+            "networks",
+            overrides=[
+                "debug=tiny_networks",
+                "model=[gnn_residual]",
+                "register.models=[gnn_residual]",
+                f"paths.output_dir={tmp_path}",
+            ],
+        )
     with open_dict(cfg):
         cfg.kernel_model_path = kernel_model(cfg, backend, reg, tmp_path)
     exp = experiment.run_experiment(cfg, registered["nets"], reg, experiment.Target.from_config(cfg.target), folds={})

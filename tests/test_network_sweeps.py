@@ -28,8 +28,14 @@ def test_search_spaces_compose(search, section, model):
     assert list(cfg.model) == [model, "roofline_sum", "roofline_fit", "measured_layer_sum"]
     assert cfg.objective.model == model and cfg.cache and list(cfg.register.models) == [] and cfg.eval_splits
     # without a search the job is unchanged: every model, every split, registration on, measured afresh
-    assert list(plain.model) == ["gnn", "token_transformer", "xgb_layer_sum", "roofline_sum", "roofline_fit",
-                                 "measured_layer_sum"]
+    assert list(plain.model) == [
+        "gnn",
+        "token_transformer",
+        "xgb_layer_sum",
+        "roofline_sum",
+        "roofline_fit",
+        "measured_layer_sum",
+    ]
     assert plain.eval_splits is None and not plain.cache and list(plain.register.models) == ["gnn"]
 
 
@@ -42,10 +48,14 @@ def test_objective_is_the_mean_over_splits_and_bad_names_fail_in_one_line():
     from pipelines.experiment import Experiment, Result, mean_over_splits
     from pipelines.networks import folds
 
-    scored = {"gnn": {"mape": (10.0, 30.0), "medape": (1.0, 3.0)}, "roofline_sum": {"mape": (50.0, 70.0),
-                                                                                     "medape": (2.0, 4.0)}}
-    res = {m: Result(m, metrics={f"{s}/all/{k}": v[i] for k, v in values.items() for i, s in enumerate("ab")})
-           for m, values in scored.items()}
+    scored = {
+        "gnn": {"mape": (10.0, 30.0), "medape": (1.0, 3.0)},
+        "roofline_sum": {"mape": (50.0, 70.0), "medape": (2.0, 4.0)},
+    }
+    res = {
+        m: Result(m, metrics={f"{s}/all/{k}": v[i] for k, v in values.items() for i, s in enumerate("ab")})
+        for m, values in scored.items()
+    }
     exp = Experiment(res, None, None, None, {}, "", ["a", "b"], None)
     assert mean_over_splits(exp, "gnn", "mape") == pytest.approx(20.0)  # each split once, whatever its size
     assert mean_over_splits(exp, "roofline_sum", "medape") == pytest.approx(3.0)
@@ -80,13 +90,22 @@ def test_measurement_cache_gives_every_trial_the_same_data(tmp_path):
 
 @pytest.mark.slow
 def test_two_trial_gnn_sweep_logs_every_trial(tmp_path):
-    client, runs = two_trial_sweep("pipelines.networks", "hparams_search=gnn_optuna", "debug=tiny_networks",
-                                   "eval_splits=[held_out_transformer,deeper]", out=tmp_path,
-                                   experiment="costmodel-networks", run_prefix="gnn")
+    client, runs = two_trial_sweep(
+        "pipelines.networks",
+        "hparams_search=gnn_optuna",
+        "debug=tiny_networks",
+        "eval_splits=[held_out_transformer,deeper]",
+        out=tmp_path,
+        experiment="costmodel-networks",
+        run_prefix="gnn",
+    )
     by_trial = {r.data.tags["sweep_trial"]: r for r in runs}
     exp_id = client.get_experiment_by_name("costmodel-networks").experiment_id
-    baselines = {(r.data.tags["sweep_trial"], r.data.tags["model"]): r for r in client.search_runs([exp_id])
-                 if r.data.tags["model"] != "gnn"}
+    baselines = {
+        (r.data.tags["sweep_trial"], r.data.tags["model"]): r
+        for r in client.search_runs([exp_id])
+        if r.data.tags["model"] != "gnn"
+    }
     # trial 0 measured, trial 1 reused the cache: same networks, same baselines
     assert by_trial["0"].data.params["measurements_cached"] == "False"
     assert by_trial["1"].data.params["measurements_cached"] == "True"

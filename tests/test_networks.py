@@ -4,11 +4,13 @@ import torch
 from data.networks import layers
 from data.workloads import build, count_cost, family
 
-NETS = [("mlp", dict(batch=8, width=64, depth=3)),
-        ("cnn", dict(batch=2, width=8, depth=3, h=32)),
-        ("transformer", dict(batch=2, seq_len=16, width=64, heads=4, depth=2)),
-        ("resnet", dict(batch=2, width=8, depth=2, h=16)),
-        ("gated_mlp", dict(batch=4, width=32, depth=2))]
+NETS = [
+    ("mlp", dict(batch=8, width=64, depth=3)),
+    ("cnn", dict(batch=2, width=8, depth=3, h=32)),
+    ("transformer", dict(batch=2, seq_len=16, width=64, heads=4, depth=2)),
+    ("resnet", dict(batch=2, width=8, depth=2, h=16)),
+    ("gated_mlp", dict(batch=4, width=32, depth=2)),
+]
 
 
 @pytest.mark.parametrize("op,params", NETS)
@@ -25,14 +27,27 @@ def test_layer_shapes_follow_our_conventions():
     assert [l["op"] for l in mlp] == ["linear", "relu", "linear", "relu"]
     assert mlp[0]["params"] == {"m": 8, "k": 64, "n": 64}
     cnn = layers("cnn", dict(batch=2, width=8, depth=2, h=32))
-    assert cnn[0] == {"op": "conv2d", "dtype": "float32", "params": dict(batch=2, c_in=3, c_out=8, h=32, w=32,
-                                                                        kernel=3, stride=1, padding=1)}
+    assert cnn[0] == {
+        "op": "conv2d",
+        "dtype": "float32",
+        "params": dict(batch=2, c_in=3, c_out=8, h=32, w=32, kernel=3, stride=1, padding=1),
+    }
     assert cnn[2]["params"] == dict(batch=2, c_in=8, c_out=16, h=32, w=32, kernel=3, stride=2, padding=1)
     assert cnn[-2] == {"op": "mean", "dtype": "float32", "params": {"m": 2 * 16, "n": 16 * 16}}
     assert cnn[-1]["params"] == {"m": 2, "k": 16, "n": 10}
     block = layers("transformer", dict(batch=2, seq_len=16, width=64, heads=4, depth=1), "bfloat16")
-    assert [l["op"] for l in block] == ["layernorm", "linear", "sdpa", "linear", "add",
-                                        "layernorm", "linear", "gelu", "linear", "add"]
+    assert [l["op"] for l in block] == [
+        "layernorm",
+        "linear",
+        "sdpa",
+        "linear",
+        "add",
+        "layernorm",
+        "linear",
+        "gelu",
+        "linear",
+        "add",
+    ]
     assert block[1]["params"] == {"m": 32, "k": 64, "n": 192}  # qkv on batch*seq tokens
     assert block[2]["params"] == dict(batch=2, heads=4, seq_len=16, head_dim=16, causal=0)
     assert block[7]["params"] == {"m": 32, "n": 256} and all(l["dtype"] == "bfloat16" for l in block)
@@ -73,6 +88,7 @@ def test_workload_configs_draw_valid_workloads(name):
     from data.sweep import _draw
     from data.workloads import OPS, validate
     from tests.conftest import ROOT
+
     cfg = yaml.safe_load((ROOT / "conf" / "collect" / "workload" / f"{name}.yaml").read_text())
     rng = np.random.default_rng(0)
     for op, spec in cfg["ops"].items():

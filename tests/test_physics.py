@@ -1,6 +1,7 @@
 """The physics-first runtime model (features/physics.py, models/physics.py), fitted on small real slices of the
 NeuSight and H200 datasets: it moves with the specs and the shape, stays in its bounds, round-trips, and gives one
 clear error for bad input."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,7 +48,8 @@ def fitted(interval_folds: bool = False) -> PhysicsModel:
     rows, X = small_rows(), small_frame()
     train = neusight_mask() | (rows["dtype"] == "float32").to_numpy()
     return PhysicsModel(**{**FAST, "interval_folds": interval_folds}).fit(
-        X[train].reset_index(drop=True), rows.loc[train, "runtime_ms"].to_numpy())
+        X[train].reset_index(drop=True), rows.loc[train, "runtime_ms"].to_numpy()
+    )
 
 
 def describe(op: str, hardware: str, dtype: str = "float32", **shape) -> pd.DataFrame:
@@ -56,22 +58,28 @@ def describe(op: str, hardware: str, dtype: str = "float32", **shape) -> pd.Data
 
 def test_effective_peak_follows_pytorch_defaults(registry):
     a100, v100, p4, t4 = (registry.get(h) for h in ("A100-PCIe-40GB", "V100-PCIe-32GB", "P4", "T4"))
-    assert effective_peak(a100, "gemm", "float32") == (19.5e12, "fp32")       # allow_tf32=False for matmul
-    assert effective_peak(a100, "conv", "float32") == (156e12, "tf32")        # cudnn.allow_tf32=True
-    assert effective_peak(v100, "conv", "float32") == (14e12, "fp32")         # no TF32 before Ampere
+    assert effective_peak(a100, "gemm", "float32") == (19.5e12, "fp32")  # allow_tf32=False for matmul
+    assert effective_peak(a100, "conv", "float32") == (156e12, "tf32")  # cudnn.allow_tf32=True
+    assert effective_peak(v100, "conv", "float32") == (14e12, "fp32")  # no TF32 before Ampere
     assert effective_peak(v100, "gemm", "tf32") == (14e12, "fp32")
     assert effective_peak(t4, "gemm", "float16") == (65e12, "tensor16")
-    assert effective_peak(p4, "gemm", "float16") == (5.5e12, "fp32_acc16")    # fp32 accumulate, not 1/64 fp16
+    assert effective_peak(p4, "gemm", "float16") == (5.5e12, "fp32_acc16")  # fp32 accumulate, not 1/64 fp16
     assert effective_peak(v100, "gemm", "bfloat16") == (14e12, "fp32_acc16")  # no bf16 rate on Volta
 
 
 def test_gemm_tiles_and_waves(registry):
-    X = PhysicsFeaturizer(registry).transform(pd.concat([
-        describe("matmul", "H100-SXM", "float16", m=4096, n=4096, k=4096),
-        describe("matmul", "H100-SXM", "float16", m=4097, n=4096, k=4096)], ignore_index=True))
+    X = PhysicsFeaturizer(registry).transform(
+        pd.concat(
+            [
+                describe("matmul", "H100-SXM", "float16", m=4096, n=4096, k=4096),
+                describe("matmul", "H100-SXM", "float16", m=4097, n=4096, k=4096),
+            ],
+            ignore_index=True,
+        )
+    )
     ideal_ms = 2 * 4096**3 / 989.4e12 * 1e3
     assert ideal_ms <= X["compute_ms"][0] <= 1.3 * ideal_ms  # tile/wave quantisation only adds
-    assert X["compute_ms"][1] >= X["compute_ms"][0]          # one more row never makes it faster
+    assert X["compute_ms"][1] >= X["compute_ms"][0]  # one more row never makes it faster
     assert np.all((X["tail_occupancy"] > 0) & (X["tail_occupancy"] <= 1))
     assert np.all((X["tile_fill"] > 0) & (X["tile_fill"] <= 1))
     assert X["log2_align_bytes"][0] == 4 and X["log2_align_bytes"][1] == 4  # K, N multiples of 8: 16 B
@@ -86,8 +94,9 @@ def test_memory_bound_ops_move_with_bandwidth(registry):
     fast = dataclasses.replace(a100, id="A100-2xBW", aliases=(), memory_bandwidth_gbs=2 * a100.memory_bandwidth_gbs)
     reg = HardwareRegistry([*registry, fast])
     for op in ("layernorm", "add"):
-        X = PhysicsFeaturizer(reg).transform(pd.concat(
-            [describe(op, h, m=16384, n=8192) for h in ("A100-PCIe-40GB", "A100-2xBW")], ignore_index=True))
+        X = PhysicsFeaturizer(reg).transform(
+            pd.concat([describe(op, h, m=16384, n=8192) for h in ("A100-PCIe-40GB", "A100-2xBW")], ignore_index=True)
+        )
         slow_ms, fast_ms = model.predict(X)
         assert 1.8 <= slow_ms / fast_ms <= 2.0, (op, slow_ms, fast_ms)
 
@@ -96,8 +105,11 @@ def test_large_matmul_moves_with_physics_and_is_flagged(registry):
     """No silent cap: 40960^3 (and 81920^3, the largest fp16 cube whose three matrices fit the 80 GB) on H100-SXM come
     back within 2x of the spec-scaled physics."""
     model = fitted()
-    X = PhysicsFeaturizer(registry).transform(pd.concat(
-        [describe("matmul", "H100-SXM", "float16", m=s, n=s, k=s) for s in (4096, 40960, 81920)], ignore_index=True))
+    X = PhysicsFeaturizer(registry).transform(
+        pd.concat(
+            [describe("matmul", "H100-SXM", "float16", m=s, n=s, k=s) for s in (4096, 40960, 81920)], ignore_index=True
+        )
+    )
     pred = model.predict(X)
     phys = X["physics_ms"].to_numpy()
     for big in (1, 2):
@@ -208,8 +220,17 @@ def test_cpu_rows_are_handled_and_flagged():
     """A CPU spec (kind cpu: measured fp32 peak and copy bandwidth) gets a physics time and is out of domain for
     a model that saw only GPUs."""
     cpu = HardwareRegistry.from_dir().get("T4")
-    cpu = dataclasses.replace(cpu, id="cpu-test-2t", kind="cpu", vendor="x86_64", aliases=(), sm_count=2,
-                              memory_bandwidth_gbs=20.0, l2_cache_mb=1.0, peak_tflops={"float32": 0.1})
+    cpu = dataclasses.replace(
+        cpu,
+        id="cpu-test-2t",
+        kind="cpu",
+        vendor="x86_64",
+        aliases=(),
+        sm_count=2,
+        memory_bandwidth_gbs=20.0,
+        l2_cache_mb=1.0,
+        peak_tflops={"float32": 0.1},
+    )
     reg = HardwareRegistry([*HardwareRegistry.from_dir(), cpu])
     X = PhysicsFeaturizer(reg).transform(describe("matmul", "cpu-test-2t", m=512, n=512, k=512))
     assert X["hw_is_gpu"][0] == 0 and X["physics_ms"][0] >= 2 * 512**3 / 0.1e12 * 1e3 * 0.99

@@ -1,4 +1,5 @@
 """The main job end to end (real entry point, real CPU kernels, real MLflow sqlite store) at a tiny size."""
+
 import subprocess
 from pathlib import Path
 
@@ -52,8 +53,16 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
     assert sorted(r.data.tags["model"] for r in runs) == ["physics", "roofline", "xgb"]
     for r in runs:
         m = r.data.metrics
-        for key in ("test/all/mape", "test/all/medape", "test/all/r2_log", "test/all/kendall_tau", "test/T4/mape",
-                    "test/all/coverage90", "test/T4/coverage90", "calibration/all/log_halfwidth"):
+        for key in (
+            "test/all/mape",
+            "test/all/medape",
+            "test/all/r2_log",
+            "test/all/kendall_tau",
+            "test/T4/mape",
+            "test/all/coverage90",
+            "test/T4/coverage90",
+            "calibration/all/log_halfwidth",
+        ):
             assert key in m, key
         assert r.data.tags["dataset_sha256"] == dataset_hash(rows)
         assert r.data.params["collect.backend.cpu.num_threads"] == "1" and "split.test_size" in r.data.params
@@ -64,7 +73,9 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
         for split in ("held_out_shapes", "held_out_family", "leave_one_hardware_out"):
             for k in ("mape", "medape", "smape", "r2_log", "group_kendall_tau", "coverage90", "folds", "n"):
                 assert f"{split}/all/{k}" in m, f"{split}/all/{k}"
-        assert m["held_out_shapes/all/mape"] == pytest.approx(m["test/all/mape"])  # the champion split: the registered fit
+        assert m["held_out_shapes/all/mape"] == pytest.approx(
+            m["test/all/mape"]
+        )  # the champion split: the registered fit
         assert m["leave_one_hardware_out/all/folds"] == rows["hardware"].nunique() == 15  # 14 GPUs + this CPU
         assert m["held_out_family/all/folds"] == rows["family"].nunique() == 6
         assert m["leave_one_hardware_out/all/n"] == m["held_out_family/all/n"] == (rows["status"] == "ok").sum()
@@ -75,10 +86,15 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
         m = r.data.metrics
         assert m["test/all/n"] + m["test/all/n_train"] == len(ok)
         assert 0 < m["calibration/all/n"] < m["test/all/n_train"]
-    held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, tracking_uri=uri,
-                                                           artifact_path="eval/heldout_predictions.csv"))
-    shape_cols = ["op", *[c for c in held.columns if c in ok.columns and c not in ("op", "hardware", "dtype",
-                                                                                      "runtime_ms", "inputs")]]
+    held = pd.read_csv(
+        mlflow.artifacts.download_artifacts(
+            run_id=runs[0].info.run_id, tracking_uri=uri, artifact_path="eval/heldout_predictions.csv"
+        )
+    )
+    shape_cols = [
+        "op",
+        *[c for c in held.columns if c in ok.columns and c not in ("op", "hardware", "dtype", "runtime_ms", "inputs")],
+    ]
 
     def keys(frame):  # op + shape as one string per row (numbers as floats: the CSV reads ints with NaN as floats)
         shapes = frame[shape_cols[1:]].apply(lambda c: pd.to_numeric(c, errors="coerce").astype(float)).fillna(-1)
@@ -101,18 +117,34 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion")
     cpu_id = cpu["hardware"].iloc[0]
-    frame = pd.DataFrame([
-        {"op": "matmul", "m": 512, "n": 512, "k": 512, "dtype": "float16", "hardware": "A100-PCIe-40GB"},
-        {"op": "conv2d", "batch": 1, "c_in": 64, "c_out": 64, "h": 56, "w": 56, "kernel": 3, "stride": 1,
-         "padding": 1, "hardware": cpu_id},
-    ])
+    frame = pd.DataFrame(
+        [
+            {"op": "matmul", "m": 512, "n": 512, "k": 512, "dtype": "float16", "hardware": "A100-PCIe-40GB"},
+            {
+                "op": "conv2d",
+                "batch": 1,
+                "c_in": 64,
+                "c_out": 64,
+                "h": 56,
+                "w": 56,
+                "kernel": 3,
+                "stride": 1,
+                "padding": 1,
+                "hardware": cpu_id,
+            },
+        ]
+    )
     pred = model.predict(frame)
-    assert list(pred.columns) == ["runtime_ms", "runtime_ms_lo", "runtime_ms_hi", "in_domain", "domain_distance",
-                                  "domain_reason"] and (pred["runtime_ms"] > 0).all()
+    assert (
+        list(pred.columns)
+        == ["runtime_ms", "runtime_ms_lo", "runtime_ms_hi", "in_domain", "domain_distance", "domain_reason"]
+        and (pred["runtime_ms"] > 0).all()
+    )
     assert (pred["runtime_ms_lo"] < pred["runtime_ms"]).all() and (pred["runtime_ms"] < pred["runtime_ms_hi"]).all()
     # the held-out predictions logged for the champion come back from the registered model
-    held = pd.read_csv(Path(mlflow.artifacts.download_artifacts(run_id=best.info.run_id,
-                                                                 artifact_path="eval/heldout_predictions.csv")))
+    held = pd.read_csv(
+        Path(mlflow.artifacts.download_artifacts(run_id=best.info.run_id, artifact_path="eval/heldout_predictions.csv"))
+    )
     again = model.predict(held.drop(columns=["runtime_ms", "pred_runtime_ms"]))
     pd.testing.assert_series_equal(again["runtime_ms"], held["pred_runtime_ms"], check_names=False, rtol=1e-6)
 
@@ -124,12 +156,27 @@ def test_champion_takes_mlir_text_and_sums_its_kernels(tiny_run):
     mlflow.set_tracking_uri(tiny_run["uri"])
     model = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion")
     mm = {"op": "matmul", "m": 256, "n": 128, "k": 64}
-    conv = {"op": "conv2d", "batch": 2, "c_in": 16, "c_out": 32, "h": 28, "w": 28, "kernel": 3, "stride": 1, "padding": 1}
+    conv = {
+        "op": "conv2d",
+        "batch": 2,
+        "c_in": 16,
+        "c_out": 32,
+        "h": 28,
+        "w": 28,
+        "kernel": 3,
+        "stride": 1,
+        "padding": 1,
+    }
     by_shape = model.predict(pd.DataFrame([{**mm, "hardware": "T4"}, {**conv, "hardware": "T4"}]))
     text_mm = export_workload("matmul", {k: v for k, v in mm.items() if k != "op"})
     text_conv = export_workload("conv2d", {k: v for k, v in conv.items() if k != "op"})
-    frame = pd.DataFrame([{"mlir": text_mm, "hardware": "T4"}, {**conv, "hardware": "T4"},
-                          {"mlir": text_mm + "\n" + text_conv.replace("module", "module @second", 1), "hardware": "T4"}])
+    frame = pd.DataFrame(
+        [
+            {"mlir": text_mm, "hardware": "T4"},
+            {**conv, "hardware": "T4"},
+            {"mlir": text_mm + "\n" + text_conv.replace("module", "module @second", 1), "hardware": "T4"},
+        ]
+    )
     by_mlir = model.predict(frame)
     assert len(by_mlir) == 3
     assert by_mlir["runtime_ms"][0] == pytest.approx(by_shape["runtime_ms"][0], rel=1e-9)
@@ -181,16 +228,23 @@ def test_memory_target_registers_a_peak_memory_model(tmp_path):
         assert "leave_one_hardware_out/all/mape" not in r.data.metrics
     bound = next(r for r in runs if r.data.tags["model"] == "roofline")
     assert bound.data.params["roofline.column"] == "tensor_bytes"
-    held = pd.read_csv(Path(mlflow.artifacts.download_artifacts(
-        run_id=bound.info.run_id, artifact_path="eval/heldout_predictions.csv", tracking_uri=uri)))
+    held = pd.read_csv(
+        Path(
+            mlflow.artifacts.download_artifacts(
+                run_id=bound.info.run_id, artifact_path="eval/heldout_predictions.csv", tracking_uri=uri
+            )
+        )
+    )
     assert (held["pred_peak_mem_bytes"] > 0).all()  # the bound is the tensors' bytes, never the runtime roofline
 
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model("models:/costmodel-peak_mem_bytes@champion")
-    frame = pd.DataFrame([
-        {"op": "matmul", "m": 512, "n": 256, "k": 1024, "dtype": "float32", "hardware": cpu["hardware"].iloc[0]},
-        {"op": "gelu", "m": 64, "n": 4096, "dtype": "float32", "hardware": cpu["hardware"].iloc[0]},
-    ])
+    frame = pd.DataFrame(
+        [
+            {"op": "matmul", "m": 512, "n": 256, "k": 1024, "dtype": "float32", "hardware": cpu["hardware"].iloc[0]},
+            {"op": "gelu", "m": 64, "n": 4096, "dtype": "float32", "hardware": cpu["hardware"].iloc[0]},
+        ]
+    )
     pred = model.predict(frame)
     assert list(pred.columns) == ["peak_mem_bytes", "peak_mem_bytes_lo", "peak_mem_bytes_hi"]
     assert (pred["peak_mem_bytes"] > 0).all()

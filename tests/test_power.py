@@ -1,4 +1,5 @@
 """Power surrogate (models/power.py, pipelines/power.py) on the real H200 file in shared/data/hopper."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ from data.importers.hopper import import_hopper
 from data.workloads import SHAPE_PARAMS
 from features.tabular import PowerFeaturizer, TabularFeaturizer
 from models.conformal import calibrate
-from models.evaluate import POWER_COLUMNS as TARGETS, noise_floor, regression_metrics
+from models.evaluate import POWER_COLUMNS as TARGETS
+from models.evaluate import noise_floor, regression_metrics
 from models.power import PowerSurrogate, network_totals
 from models.pyfunc import CostModelPyfunc, make_meta, write_artifacts
 from models.splits import grouped_kfold, held_out_shapes, leave_one_family_out
@@ -22,22 +24,35 @@ from pipelines.report import in_row_order
 from tests.conftest import ROOT, SHARED, run_cli, run_entry
 
 pytestmark = pytest.mark.shared_data
-CFG = OmegaConf.create({"seed": 0, "power_cap": 1.12,
-                        "xgb": {"n_estimators": 200, "learning_rate": 0.08, "max_depth": 4, "min_child_weight": 3.0,
-                                "n_jobs": 1}})
+CFG = OmegaConf.create(
+    {
+        "seed": 0,
+        "power_cap": 1.12,
+        "xgb": {"n_estimators": 200, "learning_rate": 0.08, "max_depth": 4, "min_child_weight": 3.0, "n_jobs": 1},
+    }
+)
 POWER = Target.from_config(OmegaConf.load(ROOT / "conf" / "target" / "power.yaml"))
 
 
 def make_surrogate(kind: str, cfg) -> PowerSurrogate:
     """A fresh surrogate of ``kind`` (conf/model/power_<kind>.yaml with these hyper-parameters)."""
-    return PowerSurrogate(kind, xgb=dict(cfg.xgb, random_state=int(cfg.seed)), power_cap=float(cfg.power_cap),
-                          multi_target=bool(cfg.get("multi_target", False)))
+    return PowerSurrogate(
+        kind,
+        xgb=dict(cfg.xgb, random_state=int(cfg.seed)),
+        power_cap=float(cfg.power_cap),
+        multi_target=bool(cfg.get("multi_target", False)),
+    )
 
 
 def out_of_fold(kind: str, cfg, X, rows, folds) -> pd.DataFrame:
     """Out-of-fold predictions of every row (the library's pooled refits), in row order."""
-    fit = pooled(lambda: make_surrogate(kind, cfg), X, rows[list(TARGETS)].to_numpy(float), rows,
-                 [(str(i), tr, te) for i, (tr, te) in enumerate(folds)])
+    fit = pooled(
+        lambda: make_surrogate(kind, cfg),
+        X,
+        rows[list(TARGETS)].to_numpy(float),
+        rows,
+        [(str(i), tr, te) for i, (tr, te) in enumerate(folds)],
+    )
     return in_row_order(fit, rows)
 
 
@@ -83,8 +98,12 @@ def test_splits_never_share_shape_id(data):
 
 def test_residual_beats_analytical_power_on_unseen_shapes(data):
     rows, X = data
-    medape = {k: regression_metrics(rows["power_w"], out_of_fold(k, CFG, X, rows, grouped_kfold(rows, 3, 0))["power_w"])
-              ["medape"] for k in ("analytical", "residual")}
+    medape = {
+        k: regression_metrics(rows["power_w"], out_of_fold(k, CFG, X, rows, grouped_kfold(rows, 3, 0))["power_w"])[
+            "medape"
+        ]
+        for k in ("analytical", "residual")
+    }
     assert medape["residual"] < medape["analytical"], medape
 
 
@@ -92,7 +111,9 @@ def test_energy_is_power_times_runtime_exactly(data, fitted):
     rows, X = data
     for model in fitted.values():
         pred = model.predict(X)
-        assert np.array_equal(pred["energy_j"].to_numpy(), pred["power_w"].to_numpy() * pred["runtime_ms"].to_numpy() / 1e3)
+        assert np.array_equal(
+            pred["energy_j"].to_numpy(), pred["power_w"].to_numpy() * pred["runtime_ms"].to_numpy() / 1e3
+        )
         assert np.isfinite(pred.to_numpy()).all()
 
 
@@ -127,8 +148,14 @@ def test_noise_floor_from_the_two_passes(data):
 def _pyfunc(model, registry, tmp_path, rows, X):
     pred = model.predict(X)
     intervals = {t: {"log_halfwidth": calibrate(rows[t], pred[t]), "by_hardware": {}} for t in TARGETS}
-    meta = make_meta(model=model.kind, target=POWER.facts(), encoder={"_target_": "features.tabular.PowerFeaturizer"},
-                     unit="kernel", intervals=intervals, level=0.9)
+    meta = make_meta(
+        model=model.kind,
+        target=POWER.facts(),
+        encoder={"_target_": "features.tabular.PowerFeaturizer"},
+        unit="kernel",
+        intervals=intervals,
+        level=0.9,
+    )
     arts = write_artifacts(tmp_path / "pyfunc", model, registry, meta)
     py = CostModelPyfunc()
     py.load_context(SimpleNamespace(artifacts=arts))
@@ -142,8 +169,12 @@ def test_joint_model_is_one_model_and_serves_through_the_pyfunc(data, fitted, re
     assert joint.models["joint"].base_columns == [None, "hw_tdp_w"]  # runtime in log, power as a fraction of TDP
     pred = joint.predict(X)
     assert np.median(np.abs(pred["power_w"] - rows["power_w"]) / rows["power_w"]) < 0.1  # in-sample: it learned
-    layers = pd.DataFrame([{"op": "matmul", "m": 2048, "n": 2048, "k": 2048, "dtype": "float16", "hardware": h}
-                           for h in ("H200-SXM", "L4")])
+    layers = pd.DataFrame(
+        [
+            {"op": "matmul", "m": 2048, "n": 2048, "k": 2048, "dtype": "float16", "hardware": h}
+            for h in ("H200-SXM", "L4")
+        ]
+    )
     out = _pyfunc(joint, registry, tmp_path, rows, X).predict(None, layers)  # saved, reloaded, served
     want = joint.predict(PowerFeaturizer(registry).transform(layers))
     np.testing.assert_allclose(out[["runtime_ms", "power_w", "energy_j"]].to_numpy(), want.to_numpy(), rtol=1e-6)
@@ -152,12 +183,14 @@ def test_joint_model_is_one_model_and_serves_through_the_pyfunc(data, fitted, re
 def test_network_power_is_energy_over_runtime(data, fitted, registry, tmp_path):
     rows, X = data
     py = _pyfunc(fitted["residual"], registry, tmp_path, rows, X)
-    layers = pd.DataFrame([
-        {"network": "mlp", "op": "linear", "m": 512, "n": 4096, "k": 1024, "dtype": "bfloat16", "hardware": "L4"},
-        {"network": "mlp", "op": "gelu", "m": 512, "n": 4096, "dtype": "bfloat16", "hardware": "L4"},
-        {"network": "mlp", "op": "linear", "m": 512, "n": 1024, "k": 4096, "dtype": "bfloat16", "hardware": "L4"},
-        {"network": None, "op": "add", "m": 512, "n": 1024, "dtype": "bfloat16", "hardware": "L4"},
-    ])
+    layers = pd.DataFrame(
+        [
+            {"network": "mlp", "op": "linear", "m": 512, "n": 4096, "k": 1024, "dtype": "bfloat16", "hardware": "L4"},
+            {"network": "mlp", "op": "gelu", "m": 512, "n": 4096, "dtype": "bfloat16", "hardware": "L4"},
+            {"network": "mlp", "op": "linear", "m": 512, "n": 1024, "k": 4096, "dtype": "bfloat16", "hardware": "L4"},
+            {"network": None, "op": "add", "m": 512, "n": 1024, "dtype": "bfloat16", "hardware": "L4"},
+        ]
+    )
     out = py.predict(None, layers)
     assert len(out) == 4 and np.isnan(out["network_power_w"].iloc[3])
     net = out.iloc[:3]
@@ -189,16 +222,34 @@ def test_mlir_row_costs_the_sum_of_its_kernels(data, fitted, registry, tmp_path)
 
 @pytest.mark.slow
 def test_entry_point_registers_and_cli_predicts_power(tmp_path):
-    proc = run_entry("pipelines.power", "model=[power_analytical,power_residual]", "split.folds=2",
-                     "xgb.n_estimators=100", f"data_root={SHARED}", out=tmp_path)
+    proc = run_entry(
+        "pipelines.power",
+        "model=[power_analytical,power_residual]",
+        "split.folds=2",
+        "xgb.n_estimators=100",
+        f"data_root={SHARED}",
+        out=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "noise floor" in proc.stdout and "registered 'power_residual' as costmodel-power" in proc.stdout
     workloads = tmp_path / "net.csv"
-    pd.DataFrame([{"network": "n1", "op": "matmul", "m": 1024, "n": 1024, "k": 1024, "dtype": "float16", "hardware": "T4"},
-                  {"network": "n1", "op": "softmax", "m": 1024, "n": 1024, "dtype": "float16", "hardware": "T4"}]
-                 ).to_csv(workloads, index=False)
-    res = run_cli("predict", "--model", "models:/costmodel-power@champion", "--input", str(workloads),
-                  "--format", "json", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    pd.DataFrame(
+        [
+            {"network": "n1", "op": "matmul", "m": 1024, "n": 1024, "k": 1024, "dtype": "float16", "hardware": "T4"},
+            {"network": "n1", "op": "softmax", "m": 1024, "n": 1024, "dtype": "float16", "hardware": "T4"},
+        ]
+    ).to_csv(workloads, index=False)
+    res = run_cli(
+        "predict",
+        "--model",
+        "models:/costmodel-power@champion",
+        "--input",
+        str(workloads),
+        "--format",
+        "json",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+    )
     assert res.returncode == 0, res.stderr
     out = pd.DataFrame(json.loads(res.stdout))
     assert {"runtime_ms_lo", "power_w_hi", "energy_j", "network_power_w"} <= set(out.columns)
@@ -216,14 +267,32 @@ def test_a_model_logged_in_the_earlier_layout_still_serves(data, fitted, registr
     old = tmp_path / "old"
     for key, member in model.models.items():
         member.save(old / "model" / key)
-    (old / "model" / "surrogate.json").write_text(_json.dumps({"name": "residual", "power_cap": 1.12, "joint": False,
-                                                               "targets": ["runtime_ms", "power_w"]}))
+    (old / "model" / "surrogate.json").write_text(
+        _json.dumps({"name": "residual", "power_cap": 1.12, "joint": False, "targets": ["runtime_ms", "power_w"]})
+    )
     (old / "hardware.json").write_text(registry.to_json())
-    (old / "meta.json").write_text(_json.dumps({"targets": ["runtime_ms", "power_w"], "model": "residual", "level": 0.9,
-                                                "intervals": new.meta["intervals"]}))
+    (old / "meta.json").write_text(
+        _json.dumps(
+            {
+                "targets": ["runtime_ms", "power_w"],
+                "model": "residual",
+                "level": 0.9,
+                "intervals": new.meta["intervals"],
+            }
+        )
+    )
     py = CostModelPyfunc()
-    py.load_context(SimpleNamespace(artifacts={k: str(old / f) for k, f in (("model", "model"), ("meta", "meta.json"),
-                                                                              ("hardware", "hardware.json"))}))
-    layers = pd.DataFrame([{"network": "n", "op": "matmul", "m": 512, "n": 512, "k": 512, "dtype": "float16",
-                            "hardware": "L4"}, {"network": "n", "op": "gelu", "m": 512, "n": 512, "hardware": "L4"}])
+    py.load_context(
+        SimpleNamespace(
+            artifacts={
+                k: str(old / f) for k, f in (("model", "model"), ("meta", "meta.json"), ("hardware", "hardware.json"))
+            }
+        )
+    )
+    layers = pd.DataFrame(
+        [
+            {"network": "n", "op": "matmul", "m": 512, "n": 512, "k": 512, "dtype": "float16", "hardware": "L4"},
+            {"network": "n", "op": "gelu", "m": 512, "n": 512, "hardware": "L4"},
+        ]
+    )
     pd.testing.assert_frame_equal(py.predict(None, layers), new.predict(None, layers))

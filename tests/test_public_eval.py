@@ -1,5 +1,6 @@
 """Public-data evaluation: metrics on hand-computed examples, splits that never leak groups (on real rows of the
 shared data), bounded FPGA predictions, and the entry point on tiny subsamples against a real sqlite store."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,23 @@ import pytest
 from data.importers.kerneltuner import import_kerneltuner
 from data.importers.neusight import import_neusight
 from data.importers.wa_hls4ml import import_wa_hls4ml
-from models.evaluate import few_shot_scaled_error, oracle_scaled_error, ranking_metrics, smape, topk_slowdown, within_group_kendall
-from models.splits import (few_shot_transfer, held_out_layer_shapes, held_out_precision, held_out_shapes,
-                           leave_one_group_out)
 from features.public_data import fpga_features
+from models.evaluate import (
+    few_shot_scaled_error,
+    oracle_scaled_error,
+    ranking_metrics,
+    smape,
+    topk_slowdown,
+    within_group_kendall,
+)
 from models.public_eval import FPGA_TARGETS, fpga_bounds
+from models.splits import (
+    few_shot_transfer,
+    held_out_layer_shapes,
+    held_out_precision,
+    held_out_shapes,
+    leave_one_group_out,
+)
 from models.tree import RandomForestModel, XGBoostModel
 from tests.conftest import SHARED, run_entry
 
@@ -34,6 +47,7 @@ def neusight_small(registry):
 
 # --- metrics, by hand ---------------------------------------------------------------------------------------
 
+
 def test_smape_by_hand():
     # |110-100|*2/210 = 0.0952381; |0-0| -> 0; |50-100|*2/150 = 0.6666667  -> mean 0.2539683 -> 25.39683 %
     assert smape([100, 0, 100], [110, 0, 50]) == pytest.approx(25.396825, rel=1e-6)
@@ -42,10 +56,10 @@ def test_smape_by_hand():
 
 def test_topk_slowdown_by_hand():
     y_true = [5.0, 1.0, 3.0, 2.0, 4.0]
-    y_pred = [1.0, 5.0, 2.0, 4.0, 3.0]   # model ranks rows 0, 2, 4, 3, 1 (fastest first)
-    assert topk_slowdown(y_true, y_pred, 1) == pytest.approx(5.0)   # picks row 0 (true 5) / best 1
-    assert topk_slowdown(y_true, y_pred, 2) == pytest.approx(3.0)   # rows 0, 2 -> min 3
-    assert topk_slowdown(y_true, y_pred, 4) == pytest.approx(2.0)   # rows 0, 2, 4, 3 -> min 2
+    y_pred = [1.0, 5.0, 2.0, 4.0, 3.0]  # model ranks rows 0, 2, 4, 3, 1 (fastest first)
+    assert topk_slowdown(y_true, y_pred, 1) == pytest.approx(5.0)  # picks row 0 (true 5) / best 1
+    assert topk_slowdown(y_true, y_pred, 2) == pytest.approx(3.0)  # rows 0, 2 -> min 3
+    assert topk_slowdown(y_true, y_pred, 4) == pytest.approx(2.0)  # rows 0, 2, 4, 3 -> min 2
     assert topk_slowdown(y_true, y_pred, 5) == pytest.approx(1.0)
     assert topk_slowdown(y_true, y_true, 1) == 1.0
     m = ranking_metrics(y_true, y_pred, ks=(1, 5))
@@ -92,6 +106,7 @@ def test_few_shot_scaled_error_by_hand():
 
 # --- splits never leak groups (real rows) -------------------------------------------------------------------
 
+
 @pytest.mark.shared_data
 def test_leave_one_gpu_out_and_shapes_never_leak(neusight_small):
     rows = neusight_small.reset_index(drop=True)
@@ -136,6 +151,7 @@ def test_few_shot_transfer_split(registry):
 
 # --- bounded FPGA predictions -------------------------------------------------------------------------------
 
+
 @pytest.mark.shared_data
 @pytest.mark.parametrize("cls", [RandomForestModel, XGBoostModel])
 def test_one_multi_target_model_bounded_within_part(wa, registry, cls):
@@ -148,8 +164,13 @@ def test_one_multi_target_model_bounded_within_part(wa, registry, cls):
     model = cls(n_estimators=20, n_jobs=1, targets=list(FPGA_TARGETS), transform=transforms, lower=lower, upper=upper)
     model.fit(X, Y)
     # far outside the data: huge layers, tiny reuse -> the raw model may overshoot; the bounds must hold
-    huge = X.assign(d_in=X["d_in"] * 1e4, d_out=X["d_out"] * 1e4, log2_weights=X["log2_weights"] + 30,
-                    log2_weight_bits=X["log2_weight_bits"] + 30, log2_mults_per_cycle=X["log2_mults_per_cycle"] + 30)
+    huge = X.assign(
+        d_in=X["d_in"] * 1e4,
+        d_out=X["d_out"] * 1e4,
+        log2_weights=X["log2_weights"] + 30,
+        log2_weight_bits=X["log2_weight_bits"] + 30,
+        log2_mults_per_cycle=X["log2_mults_per_cycle"] + 30,
+    )
     for frame in (X, huge):
         p = model.predict(frame)
         assert p.shape == (len(frame), 5) and np.all(p >= 0) and np.all(p <= np.array(upper))
@@ -163,12 +184,20 @@ def test_one_multi_target_model_bounded_within_part(wa, registry, cls):
 
 # --- the entry point, tiny ----------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.shared_data
 def test_entry_point_tiny_all_datasets(tmp_path):
     """One Hydra multirun over the three datasets (tiny=true), one shared sqlite store."""
-    proc = run_entry("pipelines.evaluate", "-m", "dataset=neusight,kerneltuner,wa_hls4ml", "tiny=true",
-                     "model=[xgb,roofline]", f"data_root={SHARED}", out=tmp_path)
+    proc = run_entry(
+        "pipelines.evaluate",
+        "-m",
+        "dataset=neusight,kerneltuner,wa_hls4ml",
+        "tiny=true",
+        "model=[xgb,roofline]",
+        f"data_root={SHARED}",
+        out=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     try:
@@ -176,14 +205,17 @@ def test_entry_point_tiny_all_datasets(tmp_path):
         assert mlflow.search_registered_models() == []  # evaluation never registers
     finally:
         mlflow.set_tracking_uri(None)
-    expected = {"neusight": {"leave_one_gpu_out", "held_out_shapes"},
-                "kerneltuner": {"per_gpu", "transfer10_with_others", "transfer10_alone"},
-                "wa_hls4ml": {"held_out_layer_shapes", "held_out_precision"}}
+    expected = {
+        "neusight": {"leave_one_gpu_out", "held_out_shapes"},
+        "kerneltuner": {"per_gpu", "transfer10_with_others", "transfer10_alone"},
+        "wa_hls4ml": {"held_out_layer_shapes", "held_out_precision"},
+    }
     for dataset, splits in expected.items():
         assert (tmp_path / "public_eval" / f"{dataset}_summary.md").exists()
         assert set(runs.loc[runs["tags.dataset"] == dataset, "tags.split"]) == splits
     assert {"A100-SXM4-40GB", "H100-SXM", "L4", "A100-PCIe-80GB"} <= set(
-        pd.read_csv(tmp_path / "public_eval" / "neusight_spec_only_predictions.csv")["hardware"])
+        pd.read_csv(tmp_path / "public_eval" / "neusight_spec_only_predictions.csv")["hardware"]
+    )
     ns = runs[runs["tags.dataset"] == "neusight"]
     assert set(ns["tags.model"]) == {"xgb", "roofline"}
 
@@ -193,8 +225,14 @@ def test_entry_point_tiny_all_datasets(tmp_path):
     loo = ns[(ns["tags.split"] == "leave_one_gpu_out") & (ns["tags.model"] == "xgb")].iloc[0]
     assert np.isfinite(metric(loo, "T4/mape")) and np.isfinite(metric(loo, "all/group_kendall_tau"))
     # the error anatomy (values tested by hand above) is logged for all rows and per op family
-    for key in ["all/oracle_gpu_scale_medape", "all/oracle_op_gpu_scale_mape", "family:gemm/oracle_gpu_scale_medape",
-                "family:elementwise/medape", "all/few_shot_10_medape", "family:gemm/few_shot_10_mape"]:
+    for key in [
+        "all/oracle_gpu_scale_medape",
+        "all/oracle_op_gpu_scale_mape",
+        "family:gemm/oracle_gpu_scale_medape",
+        "family:elementwise/medape",
+        "all/few_shot_10_medape",
+        "family:gemm/few_shot_10_mape",
+    ]:
         assert metric(loo, key) >= 0, key
     kt = runs[runs["tags.dataset"] == "kerneltuner"]
     assert set(kt["tags.model"]) == {"xgb"}  # roofline cannot rank configs of one kernel: skipped, said so
@@ -217,8 +255,14 @@ def test_fpga_entry_point_tiny_hurdle_regime_beside_xgb(tmp_path):
     """``python -m pipelines.evaluate dataset=wa_hls4ml model=[xgb,hurdle_regime]``: the hurdle model on the hls4ml
     features beside the current XGBoost, SMAPE with and without zero-truth rows and DSP / BRAM zero accuracy logged
     under the one metric-key scheme."""
-    proc = run_entry("pipelines.evaluate", "dataset=wa_hls4ml", "tiny=true", "model=[xgb,hurdle_regime]",
-                     f"data_root={SHARED}", out=tmp_path)
+    proc = run_entry(
+        "pipelines.evaluate",
+        "dataset=wa_hls4ml",
+        "tiny=true",
+        "model=[xgb,hurdle_regime]",
+        f"data_root={SHARED}",
+        out=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     try:

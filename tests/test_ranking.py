@@ -1,4 +1,5 @@
 """models.ranking.RankingModel: learns an order within groups, scores lower = faster, round-trips, bad input."""
+
 from __future__ import annotations
 
 import numpy as np

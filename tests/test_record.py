@@ -1,5 +1,6 @@
 """The runtime model of record: trained on the shipped real measurements, says when it is outside its training
 domain, and learns a new GPU with ``costmodel calibrate`` (a real MLflow sqlite store, the real main job)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,7 @@ from models.api import load_cost_model
 from tests.conftest import run_cli, run_entry
 
 MODEL = "models:/costmodel-runtime@champion"
-HELD_GPU = "V100-SXM2-16GB"   # DeepBench's V100: left out of the calibrate test's training, then calibrated on
+HELD_GPU = "V100-SXM2-16GB"  # DeepBench's V100: left out of the calibrate test's training, then calibrated on
 SHAPES = ["m", "n", "k", "batch", "c_in", "c_out", "h", "w", "kernel", "stride", "padding"]
 
 
@@ -30,8 +31,11 @@ def test_reference_backend_caps_filters_and_replays_the_pack(pack):
     capped = select(pack, cap={"neusight": 5}, seed=0)
     per_group = capped.groupby(["source", "hardware", "op", "dtype"]).size()
     neusight = per_group[per_group.index.get_level_values(0).str.startswith("neusight")]
-    assert neusight.max() == 5 and len(neusight) == pack[pack["source"].str.startswith("neusight")].groupby(
-        ["hardware", "op", "dtype"]).ngroups  # every NeuSight GPU, op and dtype kept, 5 rows each
+    assert (
+        neusight.max() == 5
+        and len(neusight)
+        == pack[pack["source"].str.startswith("neusight")].groupby(["hardware", "op", "dtype"]).ngroups
+    )  # every NeuSight GPU, op and dtype kept, 5 rows each
     others = ~pack["source"].str.startswith("neusight")
     assert (~capped["source"].str.startswith("neusight")).sum() == others.sum()  # H200 and DeepBench whole
     assert select(pack, cap={"neusight": 5}, seed=0).equals(capped)  # seeded
@@ -64,8 +68,19 @@ SPEC_ONLY = [  # GPUs with a spec sheet only (no measured row anywhere), an old 
     {"op": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "float16", "hardware": "H100-SXM"},
     {"op": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16", "hardware": "L4"},
     {"op": "linear", "m": 2048, "n": 4096, "k": 1024, "dtype": "float32", "hardware": "RTX-4070"},
-    {"op": "conv2d", "batch": 8, "c_in": 64, "c_out": 64, "h": 56, "w": 56, "kernel": 3, "stride": 1, "padding": 1,
-     "dtype": "tf32", "hardware": "A100-SXM4-80GB"},
+    {
+        "op": "conv2d",
+        "batch": 8,
+        "c_in": 64,
+        "c_out": 64,
+        "h": 56,
+        "w": 56,
+        "kernel": 3,
+        "stride": 1,
+        "padding": 1,
+        "dtype": "tf32",
+        "hardware": "A100-SXM4-80GB",
+    },
     {"op": "softmax", "m": 4096, "n": 4096, "dtype": "float16", "hardware": "MI250X"},
     {"op": "matmul", "m": 1024, "n": 1024, "k": 1024, "dtype": "float32", "hardware": "M40"},
     {"op": "matmul", "m": 40960, "n": 40960, "k": 40960, "dtype": "float16", "hardware": "H100-SXM"},
@@ -86,7 +101,9 @@ def test_spec_only_gpus_answer_with_a_domain_flag_via_cli_and_python(tiny_run, t
     assert (out["runtime_ms_lo"] < out["runtime_ms"]).all() and (out["runtime_ms"] < out["runtime_ms_hi"]).all()
     outside = int((~out["in_domain"]).sum())
     assert outside >= 1 and not out["in_domain"].iloc[-2]  # the 40960^3 cube: bigger than any trained on
-    assert (out.loc[~out["in_domain"], "domain_distance"] > 0).all() and (out.loc[out["in_domain"], "domain_distance"] == 0).all()
+    assert (out.loc[~out["in_domain"], "domain_distance"] > 0).all() and (
+        out.loc[out["in_domain"], "domain_distance"] == 0
+    ).all()
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("costmodel: warning:")]
     assert warnings == [w for w in warnings if f"{outside} of {len(rows)} rows are outside the training domain" in w]
     assert len(warnings) == 1
@@ -110,8 +127,10 @@ def test_the_40960_cube_moves_with_the_physics_and_is_flagged(tiny_run):
 
 @pytest.mark.slow
 def test_rows_the_physics_cannot_cost_get_one_error_line(tiny_run, tmp_path):
-    for row, msg in [({"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "float32", "hardware": "xcvu13p"}, "fpga"),
-                     ({"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "fixed", "hardware": "T4"}, "fixed")]:
+    for row, msg in [
+        ({"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "float32", "hardware": "xcvu13p"}, "fpga"),
+        ({"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "fixed", "hardware": "T4"}, "fixed"),
+    ]:
         src = tmp_path / "bad.csv"
         pd.DataFrame([row]).to_csv(src, index=False)
         proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--tracking-uri", tiny_run["uri"])
@@ -124,8 +143,15 @@ def test_rows_the_physics_cannot_cost_get_one_error_line(tiny_run, tmp_path):
 def held_out_store(tmp_path_factory):
     """A tiny main job whose training leaves one GPU out (the physics model only, no MLIR: seconds)."""
     out = tmp_path_factory.mktemp("calibrate")
-    proc = run_entry("pipelines.run", "debug=tiny", f"collect.backend.reference.exclude_hardware=[{HELD_GPU}]",
-                     "model=[physics]", "features.mlir.enabled=false", out=out, timeout=600)
+    proc = run_entry(
+        "pipelines.run",
+        "debug=tiny",
+        f"collect.backend.reference.exclude_hardware=[{HELD_GPU}]",
+        "model=[physics]",
+        "features.mlir.enabled=false",
+        out=out,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"out": out, "uri": f"sqlite:///{out / 'mlflow.db'}"}
 
@@ -164,10 +190,15 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
     assert mv.tags["parent_version"] == v1 and mv.tags["model"] == "physics"
     assert str(client.get_model_version_by_alias("costmodel-runtime", "champion").version) == v1  # not promoted
     run = client.get_run(mv.run_id)
-    assert run.data.metrics[f"calibrate/{HELD_GPU}/mape_out_of_fold"] < run.data.metrics[f"calibrate/{HELD_GPU}/mape_before"]
-    logged = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=mv.run_id,
-                                                             artifact_path="eval/calibration_rows.csv",
-                                                             tracking_uri=uri))
+    assert (
+        run.data.metrics[f"calibrate/{HELD_GPU}/mape_out_of_fold"]
+        < run.data.metrics[f"calibrate/{HELD_GPU}/mape_before"]
+    )
+    logged = pd.read_csv(
+        mlflow.artifacts.download_artifacts(
+            run_id=mv.run_id, artifact_path="eval/calibration_rows.csv", tracking_uri=uri
+        )
+    )
     assert len(logged) == 40 and logged["runtime_ms"].tolist() == pytest.approx(cal["runtime_ms"].tolist())
 
     # on the GPU's OTHER rows the new version is closer to the measurements; other GPUs are predicted as before
@@ -178,38 +209,49 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
     pd.testing.assert_frame_equal(after.predict(others), before.predict(others))
 
     # --promote moves the alias to the new version
-    rc, out, err = _cli(capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", uri,
-                        "--promote")
+    rc, out, err = _cli(
+        capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", uri, "--promote"
+    )
     assert rc == 0, err
     v3 = out.strip().removeprefix("models:/costmodel-runtime/")
     assert str(client.get_model_version_by_alias("costmodel-runtime", "champion").version) == v3
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change,msg", [
-    (lambda d: d.drop(columns="runtime_ms"), "lack column runtime_ms"),
-    (lambda d: d.head(3), "3 measured rows: calibrate needs at least 5"),
-    (lambda d: d.assign(hardware="H1000"), "unknown hardware 'H1000'"),
-    (lambda d: d.assign(runtime_ms=[0.0] + list(d["runtime_ms"][1:])), "row 0: runtime_ms must be a number > 0"),
-    (lambda d: d.assign(hardware=["T4"] * 3 + [HELD_GPU] * (len(d) - 3)), "measurements of 2 hardware"),
-])
+@pytest.mark.parametrize(
+    "change,msg",
+    [
+        (lambda d: d.drop(columns="runtime_ms"), "lack column runtime_ms"),
+        (lambda d: d.head(3), "3 measured rows: calibrate needs at least 5"),
+        (lambda d: d.assign(hardware="H1000"), "unknown hardware 'H1000'"),
+        (lambda d: d.assign(runtime_ms=[0.0] + list(d["runtime_ms"][1:])), "row 0: runtime_ms must be a number > 0"),
+        (lambda d: d.assign(hardware=["T4"] * 3 + [HELD_GPU] * (len(d) - 3)), "measurements of 2 hardware"),
+    ],
+)
 def test_calibrate_bad_rows_give_one_error_line(held_out_store, pack, tmp_path, capsys, change, msg):
     gpu = pack[pack["hardware"] == HELD_GPU].head(12)
     src = tmp_path / "bad.csv"
-    change(gpu[["op", "hardware", "dtype", "m", "n", "k", "runtime_ms"]].reset_index(drop=True)).to_csv(src, index=False)
-    rc, out, err = _cli(capsys, "calibrate", "--model", MODEL, "--measurements", str(src),
-                        "--tracking-uri", held_out_store["uri"])
+    change(gpu[["op", "hardware", "dtype", "m", "n", "k", "runtime_ms"]].reset_index(drop=True)).to_csv(
+        src, index=False
+    )
+    rc, out, err = _cli(
+        capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", held_out_store["uri"]
+    )
     lines = err.strip().splitlines()
-    assert rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("costmodel: error:") and msg in lines[0], err
+    assert rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("costmodel: error:") and msg in lines[0], (
+        err
+    )
 
 
 @pytest.mark.slow
 def test_calibrate_needs_a_registered_model_and_a_gpu_to_measure(held_out_store, capsys):
     uri = held_out_store["uri"]
-    for args, msg in [(("--model", "runs:/abc/model", "--measure", "--hardware", "H100-SXM"), "registered model"),
-                      (("--model", MODEL, "--measure"), "--measure needs --hardware"),
-                      (("--model", MODEL, "--measure", "--hardware", "H100-SXM", "--budget", "3"), "at least 5"),
-                      (("--model", MODEL, "--measure", "--hardware", "H100-SXM"), "no CUDA device")]:
+    for args, msg in [
+        (("--model", "runs:/abc/model", "--measure", "--hardware", "H100-SXM"), "registered model"),
+        (("--model", MODEL, "--measure"), "--measure needs --hardware"),
+        (("--model", MODEL, "--measure", "--hardware", "H100-SXM", "--budget", "3"), "at least 5"),
+        (("--model", MODEL, "--measure", "--hardware", "H100-SXM"), "no CUDA device"),
+    ]:
         rc, out, err = _cli(capsys, "calibrate", *args, "--tracking-uri", uri)
         lines = err.strip().splitlines()
         assert rc == 2 and len(lines) == 1 and msg in lines[0], (args, err)
@@ -238,9 +280,13 @@ def test_calibrate_measures_the_sweep_the_model_chooses_on_a_fake_gpu(held_out_s
 
     gpu = FakeGpu(busy_power_w=650.0, idle_power_w=70.0, name="NVIDIA H100 80GB HBM3", power_limit_w=700.0)
     with fake_cuda.installed(monkeypatch, fake_cuda.FakeCudaDevice.from_spec(registry.get("H100-SXM"), gpu)):
-        rows = measure_sweep(sweep, "H100-SXM", inner.registry, {"power": False, "windows": 3,
-                                                                     "min_window_ms": 5.0, "graph_threshold_us": 2000.0},
-                             progress=False)
+        rows = measure_sweep(
+            sweep,
+            "H100-SXM",
+            inner.registry,
+            {"power": False, "windows": 3, "min_window_ms": 5.0, "graph_threshold_us": 2000.0},
+            progress=False,
+        )
     assert len(rows) >= 5 and set(rows["hardware"]) == {"H100-SXM"} and (rows["runtime_ms"] > 0).all()
     result = calibrate_registered(MODEL, rows, source="measure", served=served, note=lambda _: None)
     assert result.hardware == "H100-SXM" and result.rows == len(rows) and not result.promoted
@@ -265,8 +311,17 @@ def test_the_launch_floor_follows_the_timing_harness(pack, registry):
     pooled = PhysicsModel(n_estimators=30, interval_folds=False, harness_floors=False).fit(X, y)
     assert pooled.floors_["per_call"] == pooled.floors_["back_to_back"]
 
-    small = pd.DataFrame({"op": ["matmul"] * 2, "m": [64] * 2, "n": [64] * 2, "k": [64] * 2, "dtype": ["float32"] * 2,
-                          "hardware": ["H100-SXM"] * 2, "harness": ["", "per_call"]})
+    small = pd.DataFrame(
+        {
+            "op": ["matmul"] * 2,
+            "m": [64] * 2,
+            "n": [64] * 2,
+            "k": [64] * 2,
+            "dtype": ["float32"] * 2,
+            "hardware": ["H100-SXM"] * 2,
+            "harness": ["", "per_call"],
+        }
+    )
     Xs = PhysicsFeaturizer(registry).transform(small)
     assert list(Xs["harness_per_call"]) == [0.0, 1.0]  # the default is back to back
     fast, slow = model.predict(Xs)

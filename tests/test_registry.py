@@ -1,5 +1,6 @@
 """Registry lifecycle: every run registers a version; @champion moves only if beaten on the same held-out rows.
 Also the tracking-server mode: a real ``mlflow server`` (sqlite database backend) used by the main job."""
+
 import re
 import shutil
 import subprocess
@@ -30,8 +31,18 @@ def test_models_lists_versions_aliases_and_metrics(tiny_run):
     proc = run_cli("models", "--tracking-uri", tiny_run["uri"])
     assert proc.returncode == 0, proc.stderr
     header, *lines = proc.stdout.strip().splitlines()
-    assert header.split() == ["name", "version", "aliases", "model", "test_mape", "test_medape", "test_kendall_tau",
-                              "test_coverage90", "split", "decision"]
+    assert header.split() == [
+        "name",
+        "version",
+        "aliases",
+        "model",
+        "test_mape",
+        "test_medape",
+        "test_kendall_tau",
+        "test_coverage90",
+        "split",
+        "decision",
+    ]
     client = MlflowClient(tracking_uri=tiny_run["uri"], registry_uri=tiny_run["uri"])
     mv = client.get_model_version_by_alias("costmodel-runtime", "champion")
     [row] = [l.split() for l in lines if l.split()[:2] == ["costmodel-runtime", str(mv.version)]]
@@ -53,8 +64,17 @@ def store(tiny_run, tmp_path):
 
 def _register(run, split, heldout, metrics=None):
     metrics = metrics or {k.split("/")[-1]: v for k, v in run.data.metrics.items() if k.startswith("test/all/")}
-    return tracking.register(run.data.tags["model_uri"], NAME, "champion", metrics, split=split, heldout=heldout,
-                             target="runtime_ms", select_metric="mape", model_name=run.data.tags["model"])
+    return tracking.register(
+        run.data.tags["model_uri"],
+        NAME,
+        "champion",
+        metrics,
+        split=split,
+        heldout=heldout,
+        target="runtime_ms",
+        select_metric="mape",
+        model_name=run.data.tags["model"],
+    )
 
 
 def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
@@ -71,8 +91,9 @@ def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
     assert {k: best.data.tags[k] for k in tracking.SPLIT_TAGS} == split0  # the run recorded its split identity
 
     def heldout(run):
-        return pd.read_csv(mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
-                                                               artifact_path="eval/heldout_predictions.csv"))
+        return pd.read_csv(
+            mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="eval/heldout_predictions.csv")
+        )
 
     d1 = _register(worst, split0, heldout(worst))
     assert d1.promoted and d1.previous is None
@@ -88,7 +109,9 @@ def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
     split1 = tracking.split_identity("held_out_shapes", 1, 0.2, dataset_hash(rows), ok.loc[test1, "shape_id"])
     assert split1["heldout_shapes_sha256"] != split0["heldout_shapes_sha256"]
     held1 = ok.loc[test1, DESCRIBE + ["runtime_ms"]].reset_index(drop=True)
-    held1["pred_runtime_ms"] = mlflow.pyfunc.load_model(worst.data.tags["model_uri"]).predict(held1[DESCRIBE])["runtime_ms"]
+    held1["pred_runtime_ms"] = mlflow.pyfunc.load_model(worst.data.tags["model_uri"]).predict(held1[DESCRIBE])[
+        "runtime_ms"
+    ]
     metrics1 = regression_metrics(held1["runtime_ms"], held1["pred_runtime_ms"])
     champ = mlflow.pyfunc.load_model(f"models:/{NAME}/{d2.version}").predict(held1[DESCRIBE])["runtime_ms"]
     champ_mape = regression_metrics(held1["runtime_ms"], champ)["mape"]
@@ -104,12 +127,36 @@ def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
 def test_tracking_server_train_register_serve(tmp_path):
     """Real ``mlflow server`` with a sqlite database backend and proxied artifacts, used by the main job."""
     port = free_port()
-    server = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'srv.db'}",
-              "--artifacts-destination", str(tmp_path / "art"), "-h", "127.0.0.1", "-p", str(port), "--workers", "1"]
+    server = [
+        MLFLOW,
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path / 'srv.db'}",
+        "--artifacts-destination",
+        str(tmp_path / "art"),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "--workers",
+        "1",
+    ]
     with running(server, "/health", port, tmp_path / "server.log", cwd=tmp_path) as base:
         out = tmp_path / "run"
-        job = subprocess.run([sys.executable, "-m", "pipelines.run", "debug=tiny", f"mlflow.tracking_uri={base}",
-                              f"paths.output_dir={out}"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+        job = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.run",
+                "debug=tiny",
+                f"mlflow.tracking_uri={base}",
+                f"paths.output_dir={out}",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=600,
+        )
         assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
         assert not (out / "mlflow.db").exists()  # nothing went to the embedded store
         assert any((tmp_path / "art").rglob("MLmodel"))  # the model's files went through the server
@@ -119,7 +166,9 @@ def test_tracking_server_train_register_serve(tmp_path):
         mlflow.set_registry_uri(base)
         versions = tracking.list_versions("costmodel-runtime")
         assert versions["aliases"].tolist() == ["champion"] and versions["split"].iloc[0].startswith("held_out_shapes/")
-        workloads = pd.DataFrame([{"op": "matmul", "hardware": "T4", "dtype": "float16", "m": 1024, "n": 1024, "k": 1024}])
+        workloads = pd.DataFrame(
+            [{"op": "matmul", "hardware": "T4", "dtype": "float16", "m": 1024, "n": 1024, "k": 1024}]
+        )
         api = load_cost_model("models:/costmodel-runtime@champion", tracking_uri=base).predict(workloads)
         plain = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion").predict(workloads)
         pd.testing.assert_frame_equal(api, plain)
@@ -138,8 +187,9 @@ def _other_split(run):
 
 
 def _heldout(run):
-    return pd.read_csv(mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
-                                                           artifact_path="eval/heldout_predictions.csv"))
+    return pd.read_csv(
+        mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="eval/heldout_predictions.csv")
+    )
 
 
 def test_a_transient_error_while_rescoring_fails_loudly_and_keeps_the_champion(tiny_run, store, monkeypatch):
@@ -159,8 +209,9 @@ def test_a_transient_error_while_rescoring_fails_loudly_and_keeps_the_champion(t
     monkeypatch.undo()
     assert str(client.get_model_version_by_alias(NAME, "champion").version) == str(d1.version)  # not replaced
     [new] = [mv for mv in client.search_model_versions(f"name='{NAME}'") if str(mv.version) != str(d1.version)]
-    assert new.tags["champion_decision"].startswith("not decided, alias @champion kept (MlflowException: "
-                                                    "(sqlite3.OperationalError) database is locked")
+    assert new.tags["champion_decision"].startswith(
+        "not decided, alias @champion kept (MlflowException: (sqlite3.OperationalError) database is locked"
+    )
 
 
 def test_an_error_inside_the_champions_predict_that_is_no_refusal_fails_loudly(tiny_run, store, monkeypatch):
@@ -193,8 +244,9 @@ def test_a_champion_that_cannot_be_loaded_or_featurize_any_row_is_replaced(tiny_
     # a champion that refuses every held-out row (hardware it never knew): replaced, and said so
     rows = _heldout(worst).assign(hardware="no-such-gpu")
     d2 = _register(worst, {**_other_split(worst), "split_seed": "98"}, rows)  # a split v{d} was not scored on
-    assert d2.promoted and d2.reason == (f"champion v{d.version} cannot featurize any held-out row (no hardware in "
-                                         "common): promoted")
+    assert d2.promoted and d2.reason == (
+        f"champion v{d.version} cannot featurize any held-out row (no hardware in common): promoted"
+    )
 
 
 def test_higher_is_better_metrics_promote_the_higher_value_hand_worked(tiny_run, store):
@@ -208,8 +260,16 @@ def test_higher_is_better_metrics_promote_the_higher_value_hand_worked(tiny_run,
     split = {k: run.data.tags[k] for k in tracking.SPLIT_TAGS}
 
     def reg(r2):
-        return tracking.register(run.data.tags["model_uri"], NAME, "champion", {"r2_log": r2}, split=split,
-                                 heldout=None, target="runtime_ms", select_metric="r2_log")
+        return tracking.register(
+            run.data.tags["model_uri"],
+            NAME,
+            "champion",
+            {"r2_log": r2},
+            split=split,
+            heldout=None,
+            target="runtime_ms",
+            select_metric="r2_log",
+        )
 
     first, up, down = reg(0.8), reg(0.9), reg(0.7)
     assert first.promoted and up.promoted and not down.promoted

@@ -1,4 +1,5 @@
 """ResidualModel: a tree model on log(runtime / roofline). The common interface tests are in test_models.py."""
+
 import json
 
 import numpy as np
@@ -32,8 +33,8 @@ def test_residual_beats_the_roofline_when_it_is_off_by_a_smooth_factor(kind, tmp
     model = ResidualModel(base=base).fit(X, y)
     pred = model.predict(Xt)
     res, roof = regression_metrics(yt, pred), regression_metrics(yt, RooflineModel().predict(Xt))
-    assert roof["mape"] > 50                      # the baseline is badly off ...
-    assert res["mape"] < 0.1 * roof["mape"]       # ... the learned factor removes most of it
+    assert roof["mape"] > 50  # the baseline is badly off ...
+    assert res["mape"] < 0.1 * roof["mape"]  # ... the learned factor removes most of it
     assert res["mape"] < 10
     again = load_model(model.save(tmp_path / "m"))
     assert isinstance(again, ResidualModel) and again.get_params() == model.get_params()
@@ -59,8 +60,13 @@ def test_bad_inputs_are_one_clear_error():
 def test_transfer_features_hide_absolute_spec_columns(registry):
     from features.tabular import TabularFeaturizer
 
-    rows = pd.DataFrame([{"op": "matmul", "m": 64 * i, "n": 128, "k": 256 + i, "hardware": hw}
-                         for i in range(1, 30) for hw in ("T4", "A100-PCIe-40GB")])
+    rows = pd.DataFrame(
+        [
+            {"op": "matmul", "m": 64 * i, "n": 128, "k": 256 + i, "hardware": hw}
+            for i in range(1, 30)
+            for hw in ("T4", "A100-PCIe-40GB")
+        ]
+    )
     X = TabularFeaturizer(registry).transform(rows)
     y = X["roofline_ms"].to_numpy() * (2.0 + np.arange(len(X)) % 3)
     model = ResidualModel(base={"kind": "xgb", "n_estimators": 10, "n_jobs": 1}, features="transfer").fit(X, y)
@@ -72,7 +78,9 @@ def test_transfer_features_hide_absolute_spec_columns(registry):
         ResidualModel(base={"kind": "xgb", "n_estimators": 5}, features="some").fit(X, y)
 
 
-@pytest.mark.parametrize("name,kind", [("xgb_residual", "xgb"), ("rf_residual", "rf"), ("xgb_residual_transfer", "xgb")])
+@pytest.mark.parametrize(
+    "name,kind", [("xgb_residual", "xgb"), ("rf_residual", "rf"), ("xgb_residual_transfer", "xgb")]
+)
 def test_hydra_configs_instantiate_a_saveable_model(name, kind, tmp_path):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("run", overrides=[f"model=[{name}]"])

@@ -1,4 +1,5 @@
 """The results page is regenerated from an MLflow store (``python -m pipelines.results``), never typed by hand."""
+
 import subprocess
 import sys
 
@@ -12,8 +13,13 @@ pytestmark = pytest.mark.slow
 
 def test_results_page_quotes_the_logged_metrics(tiny_run, tmp_path):
     out = tmp_path / "results.md"
-    proc = subprocess.run([sys.executable, "-m", "pipelines.results", "--tracking-uri", tiny_run["uri"], "--output",
-                           str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.results", "--tracking-uri", tiny_run["uri"], "--output", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     page = out.read_text()
     client = MlflowClient(tracking_uri=tiny_run["uri"], registry_uri=tiny_run["uri"])
@@ -26,6 +32,21 @@ def test_results_page_quotes_the_logged_metrics(tiny_run, tmp_path):
         cells = dict(zip(header, (c.strip() for c in line.strip("|").split("|"))))
         assert cells["mape"] == f"{r.data.metrics['test/all/mape']:.4g}" and cells["run"] == r.info.run_id[:8]
     assert f"Machine: {runs[0].data.tags['machine']}" in page and "champion" in page
-    bad = subprocess.run([sys.executable, "-m", "pipelines.results", "--tracking-uri", tiny_run["uri"], "--experiment",
-                          "nope", "--output", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.results",
+            "--tracking-uri",
+            tiny_run["uri"],
+            "--experiment",
+            "nope",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("results: error: no experiment 'nope'")

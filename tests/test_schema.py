@@ -10,8 +10,10 @@ from data.store import read_dataset, write_dataset
 @pytest.fixture(scope="module")
 def rows():
     backend = CpuBackend(num_threads=1, min_run_time=0.002, warmup=1, hardware=detect_cpu(1))
-    work = [{"op": "matmul", "params": {"m": 32, "n": 32, "k": 32}, "dtype": "float32"},
-            {"op": "gelu", "params": {"m": 64, "n": 64}, "dtype": "float32"}]
+    work = [
+        {"op": "matmul", "params": {"m": 32, "n": 32, "k": 32}, "dtype": "float32"},
+        {"op": "gelu", "params": {"m": 64, "n": 64}, "dtype": "float32"},
+    ]
     return validate(pd.DataFrame([backend.measure(w) for w in work]))
 
 
@@ -20,17 +22,20 @@ def test_backend_rows_validate(rows):
     assert (rows["status"] == "ok").all() and (rows["runtime_ms"] > 0).all()
 
 
-@pytest.mark.parametrize("mutate,msg", [
-    (lambda df: df.assign(runtime_ms=-1.0), "runtime_ms"),
-    (lambda df: df.assign(op="convolution"), "op"),
-    (lambda df: df.assign(backend="gpu-magic"), "backend"),
-    (lambda df: df.assign(dtype="float8"), "dtype"),
-    (lambda df: df.assign(runtime_ms=None), "status 'ok' need runtime_ms"),
-    (lambda df: df.assign(status="error", error=None), "need an error message"),
-    (lambda df: df.assign(surprise=1), "surprise"),
-    (lambda df: df.drop(columns=["hardware"]), "hardware"),
-    (lambda df: df.assign(m=-4), "m"),
-])
+@pytest.mark.parametrize(
+    "mutate,msg",
+    [
+        (lambda df: df.assign(runtime_ms=-1.0), "runtime_ms"),
+        (lambda df: df.assign(op="convolution"), "op"),
+        (lambda df: df.assign(backend="gpu-magic"), "backend"),
+        (lambda df: df.assign(dtype="float8"), "dtype"),
+        (lambda df: df.assign(runtime_ms=None), "status 'ok' need runtime_ms"),
+        (lambda df: df.assign(status="error", error=None), "need an error message"),
+        (lambda df: df.assign(surprise=1), "surprise"),
+        (lambda df: df.drop(columns=["hardware"]), "hardware"),
+        (lambda df: df.assign(m=-4), "m"),
+    ],
+)
 def test_schema_rejects_bad_rows(rows, mutate, msg):
     with pytest.raises(SchemaViolation, match=msg):
         validate(mutate(rows))

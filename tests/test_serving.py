@@ -1,4 +1,5 @@
 """The registered pyfunc as other tools use it: intervals, self-contained loading, CLI = Python API = REST."""
+
 import json
 from pathlib import Path
 
@@ -17,8 +18,19 @@ MODEL = "models:/costmodel-runtime@champion"
 WORKLOADS = [
     {"op": "matmul", "m": 1024, "n": 1024, "k": 1024, "dtype": "float16", "hardware": "T4"},
     {"op": "gelu", "m": 4096, "n": 4096, "dtype": "float32", "hardware": "A100-PCIe-40GB"},
-    {"op": "conv2d", "batch": 8, "c_in": 64, "c_out": 128, "h": 56, "w": 56, "kernel": 3, "stride": 1,
-     "padding": 1, "dtype": "float16", "hardware": "a100-pcie-40gb"},
+    {
+        "op": "conv2d",
+        "batch": 8,
+        "c_in": 64,
+        "c_out": 128,
+        "h": 56,
+        "w": 56,
+        "kernel": 3,
+        "stride": 1,
+        "padding": 1,
+        "dtype": "float16",
+        "hardware": "a100-pcie-40gb",
+    },
 ]
 COLS = ["runtime_ms", "runtime_ms_lo", "runtime_ms_hi"]
 DOMAIN = ["in_domain", "domain_distance", "domain_reason"]  # the champion (the physics model) has a domain
@@ -44,7 +56,9 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     assert [c.name for c in info.signature.outputs.inputs] == COLS + DOMAIN
     assert info.signature.inputs is None  # a kernel model's inputs are checked by its encoder (models/pyfunc.py)
     assert info.saved_input_example_info is not None
-    assert {"data", "features", "models"} <= {p.name for p in (Path(mlflow.artifacts.download_artifacts(MODEL)) / "code").iterdir()}
+    assert {"data", "features", "models"} <= {
+        p.name for p in (Path(mlflow.artifacts.download_artifacts(MODEL)) / "code").iterdir()
+    }
 
     # the conformal half-widths of the calibration fold are logged as before
     m = champion["run"].data.metrics
@@ -64,8 +78,11 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     np.testing.assert_allclose(api_preds["domain_distance"], dom["domain_distance"], rtol=1e-12)
 
     # the reported coverage is the fraction of held-out rows inside the interval the model serves for them
-    held = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=champion["run"].info.run_id,
-                                                           artifact_path="eval/heldout_predictions.csv"))
+    held = pd.read_csv(
+        mlflow.artifacts.download_artifacts(
+            run_id=champion["run"].info.run_id, artifact_path="eval/heldout_predictions.csv"
+        )
+    )
     served = cm.predict(held.drop(columns=["runtime_ms", "pred_runtime_ms"]))
     inside = (held["runtime_ms"] >= served["runtime_ms_lo"]) & (held["runtime_ms"] <= served["runtime_ms_hi"])
     assert m["test/all/coverage90"] == pytest.approx(float(inside.mean()))
@@ -86,9 +103,15 @@ def test_model_loads_beside_the_callers_own_models_data_features(champion, api_p
     decoys = tmp_path / "decoys"
     for pkg in ("data", "features", "models"):
         (decoys / pkg).mkdir(parents=True)
-        (decoys / pkg / "__init__.py").write_text(f"raise ImportError('the caller\'s own {pkg} package')\n")
-    preds, files = predict_isolated(champion["uri"], MODEL, WORKLOADS, ["models.pyfunc", "features.tabular",
-                                                                        "data.hardware"], tmp_path, decoys=decoys)
+        (decoys / pkg / "__init__.py").write_text(f"raise ImportError('the caller's own {pkg} package')\n")
+    preds, files = predict_isolated(
+        champion["uri"],
+        MODEL,
+        WORKLOADS,
+        ["models.pyfunc", "features.tabular", "data.hardware"],
+        tmp_path,
+        decoys=decoys,
+    )
     for f in files:
         assert not f.startswith(str(decoys)) and f"{Path('code')}" in f, f
     pd.testing.assert_frame_equal(preds, api_preds, rtol=1e-9)
@@ -97,7 +120,9 @@ def test_model_loads_beside_the_callers_own_models_data_features(champion, api_p
 def test_cli_json_outputs_equal_python_api(champion, api_preds, tmp_path):
     src = tmp_path / "w.json"
     src.write_text(json.dumps(WORKLOADS))
-    proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--tracking-uri", champion["uri"], "--format", "json")
+    proc = run_cli(
+        "predict", "--model", MODEL, "--input", str(src), "--tracking-uri", champion["uri"], "--format", "json"
+    )
     assert proc.returncode == 0, proc.stderr
     recs = json.loads(proc.stdout)
     assert len(recs) == 3 and recs[2]["hardware"] == "a100-pcie-40gb"
@@ -137,7 +162,7 @@ def test_rest_serving_matches_cli_and_rejects_bad_input(champion, api_preds, tmp
         np.testing.assert_allclose(pd.DataFrame(body["predictions"])[COLS].to_numpy(), rest.to_numpy(), rtol=1e-12)
 
         bad = [
-            ([{"hardware": "T4", "m": 8, "n": 8, "k": 8}], "op"),                              # schema: no op
+            ([{"hardware": "T4", "m": 8, "n": 8, "k": 8}], "op"),  # schema: no op
             ([{"op": "matmul", "hardware": "H1000", "m": 8, "n": 8, "k": 8}], "unknown hardware 'H1000'"),
             ([{"op": "matmul", "hardware": "T4", "m": 8, "n": 8}], "needs shape parameter 'k'"),
             ([{"op": "warp", "hardware": "T4", "m": 8, "n": 8}], "unknown op 'warp'"),
@@ -169,29 +194,38 @@ def _records(rows):
 def test_costmodel_serve_predicts_as_the_api(served, api_preds):
     status, body = post_json(served, _records(WORKLOADS))
     assert status == 200, body
-    np.testing.assert_allclose(pd.DataFrame(body["predictions"])[COLS].to_numpy(), api_preds[COLS].to_numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        pd.DataFrame(body["predictions"])[COLS].to_numpy(), api_preds[COLS].to_numpy(), rtol=1e-12
+    )
     split = json.loads(pd.DataFrame(WORKLOADS).to_json(orient="split", index=False))
     status, body = post_json(served, json.dumps({"dataframe_split": split}).encode())
     assert status == 200 and len(body["predictions"]) == 3, body
     csv = pd.DataFrame(WORKLOADS).to_csv(index=False).encode()
     status, body = post_json(served, csv, content_type="text/csv")
     assert status == 200, body
-    np.testing.assert_allclose(pd.DataFrame(body["predictions"])[COLS].to_numpy(), api_preds[COLS].to_numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        pd.DataFrame(body["predictions"])[COLS].to_numpy(), api_preds[COLS].to_numpy(), rtol=1e-12
+    )
 
 
-@pytest.mark.parametrize("payload,code,msg", [
-    (_records([{"op": "matmul", "hardware": "H1000", "m": 8, "n": 8, "k": 8}]), 400, "row 0: unknown hardware 'H1000'"),
-    (_records([{"op": "x" * 5_000_000, "hardware": "T4", "m": 8, "n": 8}]), 400, "unknown op 'xxxx"),
-    (_records([{"op": "matmul", "hardware": None, "m": 8, "n": 8, "k": 8}]), 400, "hardware"),
-    (_records([{"op": "matmul", "hardware": "", "m": 8, "n": 8, "k": 8}]), 400, "hardware"),
-    (_records([{"op": "matmul", "hardware": "T4", "m": "abc", "n": 8, "k": 8}]), 400, "must be an integer"),
-    (_records([{"mlir": "\x00\x01 not mlir", "hardware": "T4"}]), 400, "row 0: a NUL character at offset 0"),
-    (_records([{"mlir": "\udcff" * 3, "hardware": "T4"}]), 400, "not a valid dataframe"),  # MLflow's parser refuses
-    (b"{not json" + b"x" * 100_000, 400, ""),
-    (json.dumps({"instances": 7}).encode(), 400, ""),
-])
+@pytest.mark.parametrize(
+    "payload,code,msg",
+    [
+        (
+            _records([{"op": "matmul", "hardware": "H1000", "m": 8, "n": 8, "k": 8}]),
+            400,
+            "row 0: unknown hardware 'H1000'",
+        ),
+        (_records([{"op": "x" * 5_000_000, "hardware": "T4", "m": 8, "n": 8}]), 400, "unknown op 'xxxx"),
+        (_records([{"op": "matmul", "hardware": None, "m": 8, "n": 8, "k": 8}]), 400, "hardware"),
+        (_records([{"op": "matmul", "hardware": "", "m": 8, "n": 8, "k": 8}]), 400, "hardware"),
+        (_records([{"op": "matmul", "hardware": "T4", "m": "abc", "n": 8, "k": 8}]), 400, "must be an integer"),
+        (_records([{"mlir": "\x00\x01 not mlir", "hardware": "T4"}]), 400, "row 0: a NUL character at offset 0"),
+        (_records([{"mlir": "\udcff" * 3, "hardware": "T4"}]), 400, "not a valid dataframe"),  # MLflow's parser refuses
+        (b"{not json" + b"x" * 100_000, 400, ""),
+        (json.dumps({"instances": 7}).encode(), 400, ""),
+    ],
+)
 def test_costmodel_serve_error_bodies_are_one_line(served, payload, code, msg):
     status, body = post_json(served, payload)
     assert status == code, (status, str(body)[:500])

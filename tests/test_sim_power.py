@@ -1,4 +1,5 @@
 """The analytical power model of the sim-roofline backend and the idle power in the hardware registry."""
+
 import dataclasses
 
 import pandas as pd
@@ -49,6 +50,8 @@ def test_idle_defaults_to_a_fraction_of_tdp_and_no_tdp_means_no_power(registry):
 
 
 def test_simulated_power_rows_fit_the_schema(registry):
-    rows = [SimRooflineBackend(registry.get(h)).measure(w) for h in ("T4", "H100-SXM") for w in (BIG_GEMM, BIG_ADD, TINY)]
+    rows = [
+        SimRooflineBackend(registry.get(h)).measure(w) for h in ("T4", "H100-SXM") for w in (BIG_GEMM, BIG_ADD, TINY)
+    ]
     df = validate(pd.DataFrame(rows))
     assert (df["power_w"] > 0).all() and (df["power_method"] == "simulated").all()

@@ -21,16 +21,35 @@ def test_output_stationary_cycles_match_the_skew_and_fold_count(m, n, k):
 
 
 def test_backend_rows_validate_and_convert_cycles_to_time():
-    hw = HardwareSpec.from_dict({"id": "sys8", "name": "8x8 OS array", "kind": "accelerator", "vendor": "test",
-                                 "boost_clock_mhz": 500, "systolic": {"array_rows": 8, "array_cols": 8, "dataflow": "os",
-                                                                      "ifmap_sram_kb": 64, "filter_sram_kb": 64,
-                                                                      "ofmap_sram_kb": 64, "word_bytes": 2}})
+    hw = HardwareSpec.from_dict(
+        {
+            "id": "sys8",
+            "name": "8x8 OS array",
+            "kind": "accelerator",
+            "vendor": "test",
+            "boost_clock_mhz": 500,
+            "systolic": {
+                "array_rows": 8,
+                "array_cols": 8,
+                "dataflow": "os",
+                "ifmap_sram_kb": 64,
+                "filter_sram_kb": 64,
+                "ofmap_sram_kb": 64,
+                "word_bytes": 2,
+            },
+        }
+    )
     backend = SimSystolicBackend(hw)
-    work = [{"op": "matmul", "params": {"m": 16, "n": 8, "k": 8}, "dtype": "float16"},
-            {"op": "bmm", "params": {"batch": 3, "m": 8, "n": 8, "k": 8}, "dtype": "float16"},
-            {"op": "conv2d", "params": dict(batch=1, c_in=2, c_out=8, h=4, w=4, kernel=3, stride=1, padding=1),
-             "dtype": "float16"},
-            {"op": "layernorm", "params": {"m": 4, "n": 8}, "dtype": "float16"}]
+    work = [
+        {"op": "matmul", "params": {"m": 16, "n": 8, "k": 8}, "dtype": "float16"},
+        {"op": "bmm", "params": {"batch": 3, "m": 8, "n": 8, "k": 8}, "dtype": "float16"},
+        {
+            "op": "conv2d",
+            "params": dict(batch=1, c_in=2, c_out=8, h=4, w=4, kernel=3, stride=1, padding=1),
+            "dtype": "float16",
+        },
+        {"op": "layernorm", "params": {"m": 4, "n": 8}, "dtype": "float16"},
+    ]
     rows = validate(pd.DataFrame([backend.measure(w) for w in work]))
     assert list(rows["status"]) == ["ok", "ok", "ok", "error"] and "not 'layernorm'" in rows["error"].iloc[3]
     mm = rows.iloc[0]

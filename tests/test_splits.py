@@ -1,4 +1,5 @@
 """The main job's evaluation splits (models/splits.py FOLDS / SPLITS) on simulated rows."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,13 +14,28 @@ HARDWARE = ("T4", "A100-PCIe-40GB", "H100-SXM")
 
 @pytest.fixture(scope="module")
 def rows(registry):
-    ops = {"matmul": {"n": 12, "params": {"m": [8, 4096], "n": [8, 4096], "k": [8, 4096]}},
-           "conv2d": {"n": 6, "params": {"batch": [1, 8], "c_in": [3, 64], "c_out": [8, 64], "h": [7, 32],
-                                     "w": [7, 32], "kernel": {"choice": [1, 3]}, "stride": 1, "padding": 1}}, "layernorm": {"n": 6, "params": {"m": [1, 4096], "n": [16, 4096]}},
-           "gelu": {"n": 6, "params": {"m": [1, 4096], "n": [16, 4096]}}}
+    ops = {
+        "matmul": {"n": 12, "params": {"m": [8, 4096], "n": [8, 4096], "k": [8, 4096]}},
+        "conv2d": {
+            "n": 6,
+            "params": {
+                "batch": [1, 8],
+                "c_in": [3, 64],
+                "c_out": [8, 64],
+                "h": [7, 32],
+                "w": [7, 32],
+                "kernel": {"choice": [1, 3]},
+                "stride": 1,
+                "padding": 1,
+            },
+        },
+        "layernorm": {"n": 6, "params": {"m": [1, 4096], "n": [16, 4096]}},
+        "gelu": {"n": 6, "params": {"m": [1, 4096], "n": [16, 4096]}},
+    }
     work = random_sweep(ops, ["float32", "float16"], seed=3)
-    return pd.concat([collect(SimRooflineBackend(registry.get(hw)), work, progress=False) for hw in HARDWARE],
-                     ignore_index=True)
+    return pd.concat(
+        [collect(SimRooflineBackend(registry.get(hw)), work, progress=False) for hw in HARDWARE], ignore_index=True
+    )
 
 
 def _partition(rows, train, test):
@@ -27,8 +43,10 @@ def _partition(rows, train, test):
     assert np.all(np.diff(train) > 0) and np.all(np.diff(test) > 0)
 
 
-@pytest.mark.parametrize("name,column", [("held_out_shapes", "shape_id"), ("held_out_family", "family"),
-                                         ("leave_one_hardware_out", "hardware")])
+@pytest.mark.parametrize(
+    "name,column",
+    [("held_out_shapes", "shape_id"), ("held_out_family", "family"), ("leave_one_hardware_out", "hardware")],
+)
 def test_no_group_on_both_sides(rows, name, column):
     for _, train, test in FOLDS[name](rows, test_size=0.25, seed=0):
         _partition(rows, train, test)
@@ -50,7 +68,9 @@ def test_leave_one_hardware_out_holds_each_hardware_out_once(rows):
 
 def test_held_out_family_holds_each_family_out_once(rows):
     folds = FOLDS["held_out_family"](rows)
-    assert sorted(label for label, _, _ in folds) == sorted(set(rows["family"])) == ["conv", "elementwise", "gemm", "norm"]
+    assert (
+        sorted(label for label, _, _ in folds) == sorted(set(rows["family"])) == ["conv", "elementwise", "gemm", "norm"]
+    )
     assert np.array_equal(np.sort(np.concatenate([t for _, _, t in folds])), np.arange(len(rows)))
 
 

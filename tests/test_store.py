@@ -1,4 +1,5 @@
 """The sharded dataset: append-only, crash-safe (a real SIGKILL), resumable, safe for two real writers."""
+
 import json
 import os
 import signal
@@ -19,8 +20,9 @@ from tests.conftest import ROOT
 @pytest.fixture(scope="module")
 def rows(registry):
     sim = SimRooflineBackend(registry.get("T4"))
-    work = make_sweep({"matmul": {"params": {"m": [8, 512], "n": [8, 512], "k": [8, 512]}}}, ["float32"], n=12,
-                      kind="sobol")
+    work = make_sweep(
+        {"matmul": {"params": {"m": [8, 512], "n": [8, 512], "k": [8, 512]}}}, ["float32"], n=12, kind="sobol"
+    )
     return pd.DataFrame([sim.measure(w) for w in work])
 
 
@@ -54,9 +56,23 @@ def test_torn_manifest_line_orphans_and_corruption(rows, tmp_path):
 
 
 def _collect(out, *extra):
-    return [sys.executable, "-m", "pipelines.collect", "backend=cpu", "workload=tiny", "sweep=sobol", "n=40",
-            "backend.timer=blocked", "backend.min_run_time=0.002", "backend.warmup=1", "backend.energy=false",
-            "collect.shard_rows=5", "progress=false", f"paths.output_dir={out}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "pipelines.collect",
+        "backend=cpu",
+        "workload=tiny",
+        "sweep=sobol",
+        "n=40",
+        "backend.timer=blocked",
+        "backend.min_run_time=0.002",
+        "backend.warmup=1",
+        "backend.energy=false",
+        "collect.shard_rows=5",
+        "progress=false",
+        f"paths.output_dir={out}",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -84,7 +100,7 @@ def test_kill_9_mid_sweep_then_rerun_resumes_without_duplicates_or_losses(tmp_pa
     keys = [row_key(r) for r in df.to_dict("records")]
     assert len(df) == 80 and len(set(keys)) == 80 and (df["status"] == "ok").all()
     # committed shards are never rewritten; nothing uncommitted is left behind
-    assert {e["shard"]: e["sha256"] for e in after.entries()[:len(committed_then)]} == committed_then
+    assert {e["shard"]: e["sha256"] for e in after.entries()[: len(committed_then)]} == committed_then
     assert sorted(p.name for p in after.shard_dir.iterdir()) == sorted(e["shard"] for e in after.entries())
 
 
@@ -110,8 +126,16 @@ print("committed", n, flush=True)
 def test_two_real_writers_on_one_dataset(tmp_path):
     """Two processes commit the same 120 rows (different orders, 3 per shard) at once: no duplicate, no loss."""
     path = tmp_path / "shared"
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(seed)], cwd=ROOT, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) for seed in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), str(seed)],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        for seed in (1, 2)
+    ]
     for p in procs:
         assert p.stdout.readline().endswith("ready\n")
     for p in procs:

@@ -51,8 +51,22 @@ def test_sobol_covers_the_space_better_than_random():
 def test_limits_skip_big_shapes_and_grid_ignores_n():
     shapes = op_shapes("matmul", {"m": [8, 4096], "n": [8, 4096], "k": [8, 4096]}, 40, "sobol", 0, max_flops=1e8)
     assert len(shapes) == 40 and all(count_cost("matmul", p, "float32")[0] <= 1e8 for p in shapes)
-    grid = op_shapes("conv2d", {"batch": 1, "c_in": [4, 64], "c_out": 8, "h": [2, 32], "w": 8,
-                                "kernel": {"choice": [1, 5]}, "stride": 1, "padding": 0}, 1, "grid", points=3)
+    grid = op_shapes(
+        "conv2d",
+        {
+            "batch": 1,
+            "c_in": [4, 64],
+            "c_out": 8,
+            "h": [2, 32],
+            "w": 8,
+            "kernel": {"choice": [1, 5]},
+            "stride": 1,
+            "padding": 0,
+        },
+        1,
+        "grid",
+        points=3,
+    )
     # h=2 with kernel 5 is not a valid convolution: skipped, not an error
     assert len(grid) == 3 * 3 * 2 - 3 and all(p["h"] + 2 * p["padding"] >= p["kernel"] for p in grid)
 
@@ -65,11 +79,14 @@ def test_make_sweep_crosses_dtypes_and_op_streams_are_independent():
     assert [w for w in work if w["op"] == "add"] == only_add
 
 
-@pytest.mark.parametrize("ops,msg", [
-    ({"convolution": {"params": {}}}, "unknown op 'convolution'"),
-    ({"matmul": {"params": {"m": [8, 16], "n": 8}}}, "lacks a spec for k"),
-    ({"matmul": {"params": {"m": [16, 8], "n": 8, "k": 8}}}, "0 < lo <= hi"),
-])
+@pytest.mark.parametrize(
+    "ops,msg",
+    [
+        ({"convolution": {"params": {}}}, "unknown op 'convolution'"),
+        ({"matmul": {"params": {"m": [8, 16], "n": 8}}}, "lacks a spec for k"),
+        ({"matmul": {"params": {"m": [16, 8], "n": 8, "k": 8}}}, "0 < lo <= hi"),
+    ],
+)
 def test_bad_sweep_specs_name_the_problem(ops, msg):
     with pytest.raises(WorkloadError, match=msg):
         make_sweep(ops, ["float32"], n=4, kind="lhs")

@@ -21,8 +21,15 @@ def test_search_spaces_compose(search, model):
 
 @pytest.mark.slow
 def test_two_trial_xgb_sweep_logs_every_trial_and_guards_champion(tmp_path):
-    client, runs = two_trial_sweep("pipelines.run", "hparams_search=xgb_optuna", "debug=tiny", "collect.backends=[sim-roofline]",
-                                   out=tmp_path, experiment="costmodel", run_prefix="xgb")
+    client, runs = two_trial_sweep(
+        "pipelines.run",
+        "hparams_search=xgb_optuna",
+        "debug=tiny",
+        "collect.backends=[sim-roofline]",
+        out=tmp_path,
+        experiment="costmodel",
+        run_prefix="xgb",
+    )
     # the two trials searched different hyper-parameters, and each logged them
     searched = [{k: r.data.params[f"xgb.{k}"] for k in ("n_estimators", "learning_rate", "max_depth")} for r in runs]
     assert searched[0] != searched[1]

@@ -4,6 +4,7 @@ Every model is built under ``torch.device("meta")`` (no weights) and captured wi
 workloads' FLOPs (``data.workloads.count_cost``, FlopCounterMode on each workload) must equal FlopCounterMode on
 the whole model, and no op may be left unmapped.
 """
+
 import warnings
 
 import pandas as pd
@@ -13,8 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from data.workloads import OPS, count_cost
-from features.torch_capture import (CaptureError, counted_flops, load_factory, parse_example_input,
-                                    workloads_from_module)
+from features.torch_capture import CaptureError, counted_flops, load_factory, parse_example_input, workloads_from_module
 from tests import torch_models
 
 
@@ -83,16 +83,20 @@ def test_plain_pytorch_models_map_fully_and_flops_match_the_flop_counter(name):
 def test_views_cost_nothing_and_copies_are_kernels():
     class Shapes(nn.Module):
         def forward(self, x):
-            a = x.reshape(4, 64).unsqueeze(0).expand(2, 4, 64)      # views: no kernel
-            b = x.transpose(0, 1).reshape(-1)                       # non-contiguous -> reshape copies
-            c = x.t().contiguous()                                  # a copy
-            d = x.contiguous()                                      # already contiguous: nothing
+            a = x.reshape(4, 64).unsqueeze(0).expand(2, 4, 64)  # views: no kernel
+            b = x.transpose(0, 1).reshape(-1)  # non-contiguous -> reshape copies
+            c = x.t().contiguous()  # a copy
+            d = x.contiguous()  # already contiguous: nothing
             return a.sum() + b.sum() + c.sum() + d.to(torch.float16).float().sum()  # two casts: two copies
 
     rows = capture(Shapes(), (torch.empty(16, 16, device="meta"),))
     assert rows.op.tolist() == ["copy", "copy", "sum", "sum", "add", "sum", "add", "copy", "copy", "sum", "add"]
-    assert rows[rows.op == "copy"].target.tolist() == ["aten.clone.default", "aten.clone.default",
-                                                      "aten._to_copy.default", "aten._to_copy.default"]
+    assert rows[rows.op == "copy"].target.tolist() == [
+        "aten.clone.default",
+        "aten.clone.default",
+        "aten._to_copy.default",
+        "aten._to_copy.default",
+    ]
     assert rows.node.tolist()[:2] == ["reshape_1", "contiguous"]  # the first reshape and contiguous were views
     assert rows.iloc[2][["m", "n"]].tolist() == [1, 2 * 4 * 64]  # a full reduction: one row of all elements
     assert rows[rows.op == "copy"].dtype.tolist() == ["float32", "float32", "float32", "float16"]  # the source's
@@ -103,8 +107,14 @@ def test_views_cost_nothing_and_copies_are_kernels():
 def test_hugging_face_models_from_config(model_name):
     transformers = pytest.importorskip("transformers")
     if model_name == "bert":
-        config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                                         intermediate_size=128, vocab_size=1000, max_position_embeddings=64)
+        config = transformers.BertConfig(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            intermediate_size=128,
+            vocab_size=1000,
+            max_position_embeddings=64,
+        )
         model = meta(transformers.BertModel, config)
     else:
         config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
@@ -143,8 +153,7 @@ def test_an_unmapped_op_is_named_in_one_line_and_strict_raises():
     lines = [str(w.message) for w in record]
     assert len(lines) == 1 and "\n" not in lines[0]
     assert lines[0].startswith("3 op call(s) have no workload mapping (not costed): ")
-    assert dict(unmapped) == {"aten.group_norm.default": 1, "aten.convolution.default (1-d)": 1,
-                              "aten.topk.default": 1}
+    assert dict(unmapped) == {"aten.group_norm.default": 1, "aten.convolution.default (1-d)": 1, "aten.topk.default": 1}
     assert rows.op.tolist() == ["sum", "add_scalar"]  # what maps is still costed
     with pytest.raises(ValueError) as info:
         workloads_from_module(Odd(), (x,), strict=True)
@@ -181,16 +190,27 @@ def test_no_grad_region_and_kwargs_and_a_cpu_module():
     assert model.training  # eval only while capturing
 
 
-@pytest.mark.parametrize("text,shape,dtype", [("1x3x224x224", (1, 3, 224, 224), torch.float32),
-                                              ("int64:2x128", (2, 128), torch.int64),
-                                              ("float16:8", (8,), torch.float16)])
+@pytest.mark.parametrize(
+    "text,shape,dtype",
+    [
+        ("1x3x224x224", (1, 3, 224, 224), torch.float32),
+        ("int64:2x128", (2, 128), torch.int64),
+        ("float16:8", (8,), torch.float16),
+    ],
+)
 def test_example_input_specs(text, shape, dtype):
     t = parse_example_input(text)
     assert tuple(t.shape) == shape and t.dtype == dtype and t.device.type == "meta"
 
 
-@pytest.mark.parametrize("text,msg", [("1x3x", "expected a shape like 1x3x224x224"), ("int7:4", "unknown dtype 'int7'"),
-                                      ("0x4", "every dimension must be >= 1")])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("1x3x", "expected a shape like 1x3x224x224"),
+        ("int7:4", "unknown dtype 'int7'"),
+        ("0x4", "every dimension must be >= 1"),
+    ],
+)
 def test_bad_example_input_is_one_line(text, msg):
     with pytest.raises(CaptureError, match=msg):
         parse_example_input(text)
@@ -199,27 +219,47 @@ def test_bad_example_input_is_one_line(text, msg):
 def test_factory_loader_builds_on_meta_and_names_problems():
     model = load_factory("tests.torch_models:resnet")
     assert all(p.device.type == "meta" for p in model.parameters())
-    for spec, msg in [("tests.torch_models", "expected pkg.module:factory"),
-                      ("tests.no_such_module:f", "cannot import 'tests.no_such_module' (ModuleNotFoundError"),
-                      ("tests.torch_models:nope", "has no attribute 'nope'"),
-                      ("tests.torch_models:not_a_module", "returned int, not a torch.nn.Module")]:
+    for spec, msg in [
+        ("tests.torch_models", "expected pkg.module:factory"),
+        ("tests.no_such_module:f", "cannot import 'tests.no_such_module' (ModuleNotFoundError"),
+        ("tests.torch_models:nope", "has no attribute 'nope'"),
+        ("tests.torch_models:not_a_module", "returned int, not a torch.nn.Module"),
+    ]:
         with pytest.raises(CaptureError, match=msg.replace("(", r"\(")):
             load_factory(spec)
 
 
 # ------------------------------------------------------------------------------------------------ CLI + Python call
-@pytest.mark.parametrize("args,msg", [
-    (["--torch", "tests.torch_models:resnet", "--hardware", "T4"], "--torch needs --example-input"),
-    (["--torch", "tests.torch_models:resnet", "--example-input", "1x3x32x32"], "--torch needs --hardware"),
-    (["--torch", "tests.torch_models:nope", "--example-input", "1x3x32x32", "--hardware", "T4"],
-     "--torch tests.torch_models:nope: module 'tests.torch_models' has no attribute 'nope'"),
-    (["--torch", "tests.torch_models:resnet", "--example-input", "1x3xx", "--hardware", "T4"],
-     "--example-input '1x3xx': expected a shape like 1x3x224x224 or dtype:shape like int64:1x128"),
-    (["--torch", "tests.torch_models:resnet", "--input", "x.csv"], "give exactly one of --input"),
-    (["--torch", "tests.torch_models:resnet", "--example-input", "1x3x32x32", "--hardware", "T4", "--dtype", "int8"],
-     "unknown dtype 'int8'; known: float32, tf32, float16, bfloat16"),
-    (["--input", "x.csv", "--dim", "%arg0:0=4"], "--dim binds dynamic sizes of an .mlir input"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--torch", "tests.torch_models:resnet", "--hardware", "T4"], "--torch needs --example-input"),
+        (["--torch", "tests.torch_models:resnet", "--example-input", "1x3x32x32"], "--torch needs --hardware"),
+        (
+            ["--torch", "tests.torch_models:nope", "--example-input", "1x3x32x32", "--hardware", "T4"],
+            "--torch tests.torch_models:nope: module 'tests.torch_models' has no attribute 'nope'",
+        ),
+        (
+            ["--torch", "tests.torch_models:resnet", "--example-input", "1x3xx", "--hardware", "T4"],
+            "--example-input '1x3xx': expected a shape like 1x3x224x224 or dtype:shape like int64:1x128",
+        ),
+        (["--torch", "tests.torch_models:resnet", "--input", "x.csv"], "give exactly one of --input"),
+        (
+            [
+                "--torch",
+                "tests.torch_models:resnet",
+                "--example-input",
+                "1x3x32x32",
+                "--hardware",
+                "T4",
+                "--dtype",
+                "int8",
+            ],
+            "unknown dtype 'int8'; known: float32, tf32, float16, bfloat16",
+        ),
+        (["--input", "x.csv", "--dim", "%arg0:0=4"], "--dim binds dynamic sizes of an .mlir input"),
+    ],
+)
 def test_cli_torch_errors_are_one_line(args, msg, tmp_path, capsys):
     from pipelines.cli import main
 
@@ -239,8 +279,19 @@ def test_cli_and_python_call_cost_a_resnet_and_gpt2(tiny_run, tmp_path):
     from tests.conftest import run_cli
 
     uri, name = tiny_run["uri"], "models:/costmodel-runtime@champion"
-    proc = run_cli("predict", "--model", name, "--tracking-uri", uri, "--torch", "tests.torch_models:resnet",
-                   "--example-input", "2x3x32x32", "--hardware", "T4")
+    proc = run_cli(
+        "predict",
+        "--model",
+        name,
+        "--tracking-uri",
+        uri,
+        "--torch",
+        "tests.torch_models:resnet",
+        "--example-input",
+        "2x3x32x32",
+        "--hardware",
+        "T4",
+    )
     assert proc.returncode == 0, proc.stderr
     out = pd.read_csv(pd.io.common.StringIO(proc.stdout))
     assert out["node"].iloc[-1] == "total" and (out["runtime_ms"] > 0).all()
@@ -261,8 +312,9 @@ def test_cli_and_python_call_cost_a_resnet_and_gpt2(tiny_run, tmp_path):
     config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
     gpt2 = meta(transformers.GPT2LMHeadModel, config)
     loaded = mlflow.pyfunc.load_model(name)  # a loaded pyfunc works as well as a URI
-    res = predict_module(gpt2, torch.zeros(1, 32, dtype=torch.long, device="meta"), loaded, hardware="H100-SXM",
-                         dtype="float16")
+    res = predict_module(
+        gpt2, torch.zeros(1, 32, dtype=torch.long, device="meta"), loaded, hardware="H100-SXM", dtype="float16"
+    )
     assert res.unmapped == [] and (res.kernels["dtype"] == "float16").all()
     assert (res.kernels["op"] == "sdpa").sum() == 2 and res.total["runtime_ms"] > 0
     assert res.total["sum_runtime_ms"] == pytest.approx(res.kernels["runtime_ms"].sum())
@@ -272,10 +324,19 @@ def test_cli_and_python_call_cost_a_resnet_and_gpt2(tiny_run, tmp_path):
 def test_network_total_rules():
     from models.networks_api import total
 
-    preds = pd.DataFrame({"runtime_ms": [1.0, 3.0], "runtime_ms_lo": [0.5, 2.0], "runtime_ms_hi": [2.0, 4.0],
-                          "energy_j": [0.1, 0.9], "power_w": [100.0, 300.0], "power_w_lo": [50.0, 250.0],
-                          "power_w_hi": [150.0, 350.0], "peak_mem_bytes": [10.0, 30.0],
-                          "network_runtime_ms": [float("nan")] * 2})
+    preds = pd.DataFrame(
+        {
+            "runtime_ms": [1.0, 3.0],
+            "runtime_ms_lo": [0.5, 2.0],
+            "runtime_ms_hi": [2.0, 4.0],
+            "energy_j": [0.1, 0.9],
+            "power_w": [100.0, 300.0],
+            "power_w_lo": [50.0, 250.0],
+            "power_w_hi": [150.0, 350.0],
+            "peak_mem_bytes": [10.0, 30.0],
+            "network_runtime_ms": [float("nan")] * 2,
+        }
+    )
     t = total(preds)
     assert t["runtime_ms"] == 4.0 and t["runtime_ms_lo"] == 2.5 and t["runtime_ms_hi"] == 6.0  # ends summed
     assert t["energy_j"] == pytest.approx(1.0) and t["power_w"] == pytest.approx(1.0 / 4e-3)  # energy / runtime
@@ -301,11 +362,11 @@ def test_a_model_logged_before_a_shape_column_is_refused():
             return self.schema
 
     class Old:
-        metadata = Meta(["op", "hardware", "dtype", "batch", "c_in", "c_out", "h", "w", "kernel", "stride",
-                         "padding"])
+        metadata = Meta(["op", "hardware", "dtype", "batch", "c_in", "c_out", "h", "w", "kernel", "stride", "padding"])
 
     rows = capture(meta(torch_models.mobilenet), (image(),))
     from features.tabular import FeatureError
+
     with pytest.raises(FeatureError, match=r"^old was logged without the shape column\(s\) m, n, k, groups that"):
         check_signature(rows, Old(), "old")
     Old.metadata = Meta(["mlir", "hardware"])

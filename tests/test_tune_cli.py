@@ -1,5 +1,6 @@
 """``costmodel tune`` end to end: replaying a shared Kernel Tuner cache, a real measure command (a Python one-liner
 reading the configuration on stdin), failed measurements, bad input as one error line, and the MLflow entry point."""
+
 from __future__ import annotations
 
 import json
@@ -19,10 +20,12 @@ from tests.conftest import SHARED
 A100 = SHARED / "kerneltuner" / "convolution_milo" / "A100.json.gz"
 A4000 = SHARED / "kerneltuner" / "convolution_milo" / "A4000.json.gz"
 # runtime (x - 4)^2 + 1 (+ 0.5 for y = "b"); x = 5 exits 3 (a crash), x = 3 with y = "b" prints no number
-BENCH = ("import json, sys; c = json.load(sys.stdin); "
-         "sys.exit(3) if c['x'] == 5 else None; "
-         "t = (c['x'] - 4) ** 2 + 1 + 0.5 * (c['y'] == 'b'); "
-         "print('n/a' if (c['x'], c['y']) == (3, 'b') else f'time: {t} ms')")
+BENCH = (
+    "import json, sys; c = json.load(sys.stdin); "
+    "sys.exit(3) if c['x'] == 5 else None; "
+    "t = (c['x'] - 4) ** 2 + 1 + 0.5 * (c['y'] == 'b'); "
+    "print('n/a' if (c['x'], c['y']) == (3, 'b') else f'time: {t} ms')"
+)
 
 
 def test_replay_a_shared_cache(tmp_path, capsys):
@@ -50,8 +53,21 @@ def test_replay_with_a_prior_from_another_gpu(tmp_path, capsys):
     other = load_cache_space(A4000)
     prior = other.configs.assign(runtime_ms=other.recorded_ms, hardware="A4000").dropna().head(600)
     prior.to_csv(tmp_path / "prior.csv", index=False)
-    rc = main(["tune", "--cache", str(A100), "--budget", "20", "--batch", "10", "--prior", str(tmp_path / "prior.csv"),
-               "--output", str(tmp_path / "h.json")])
+    rc = main(
+        [
+            "tune",
+            "--cache",
+            str(A100),
+            "--budget",
+            "20",
+            "--batch",
+            "10",
+            "--prior",
+            str(tmp_path / "prior.csv"),
+            "--output",
+            str(tmp_path / "h.json"),
+        ]
+    )
     assert rc == 0
     h = pd.read_json(tmp_path / "h.json")
     assert (h.loc[h["batch"] == 0, "reason"] == "prior").all() and len(h) == 20
@@ -63,8 +79,21 @@ def test_real_measure_command_with_failures(tmp_path, capsys):
     space.write_text("tunables: {x: [1, 2, 3, 4, 5, 6], y: [a, b]}\nrestrictions: [\"x % 2 == 0 or y == 'a'\"]\n")
     assert len(load_space(space).configs) == 9  # 6 even-x pairs + 3 odd x with y = a
     cmd = f"{sys.executable} -c {shlex.quote(BENCH)}"
-    rc = main(["tune", "--space", str(space), "--measure", cmd, "--budget", "9", "--batch", "3",
-               "--output", str(tmp_path / "h.csv")])
+    rc = main(
+        [
+            "tune",
+            "--space",
+            str(space),
+            "--measure",
+            cmd,
+            "--budget",
+            "9",
+            "--batch",
+            "3",
+            "--output",
+            str(tmp_path / "h.csv"),
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0
     h = pd.read_csv(tmp_path / "h.csv")
@@ -87,15 +116,18 @@ def test_no_number_is_a_failure(tmp_path, capsys):
     assert parse_runtime("compiled in 3 s\n0.25\n") == 0.25 and np.isnan(parse_runtime("error"))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--space", "missing.yaml", "--measure", "true"], "space file not found: missing.yaml"),
-    (["--space", "space.yaml"], "--space needs --measure"),
-    (["--cache", str(A100), "--measure", "true"], "drop --measure"),
-    (["--cache", str(A100), "--budget", "0"], "budget must be > 0"),
-    (["--cache", "space.yaml"], "not a Kernel Tuner cache"),
-    (["--space", "bad.yaml", "--measure", "true"], "restriction 'z > 1' fails"),
-    (["--space", "space.yaml", "--measure", "true", "--output", "h.txt"], "unsupported output 'h.txt'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--space", "missing.yaml", "--measure", "true"], "space file not found: missing.yaml"),
+        (["--space", "space.yaml"], "--space needs --measure"),
+        (["--cache", str(A100), "--measure", "true"], "drop --measure"),
+        (["--cache", str(A100), "--budget", "0"], "budget must be > 0"),
+        (["--cache", "space.yaml"], "not a Kernel Tuner cache"),
+        (["--space", "bad.yaml", "--measure", "true"], "restriction 'z > 1' fails"),
+        (["--space", "space.yaml", "--measure", "true", "--output", "h.txt"], "unsupported output 'h.txt'"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "space.yaml").write_text("tunables: {x: [1, 2]}\n")
@@ -107,8 +139,21 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message):
 
 @pytest.mark.slow
 def test_hydra_entry_point_logs_to_mlflow(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pipelines.tune", f"cache={A100}", "budget=20", "batch=10",
-                           f"paths.output_dir={tmp_path}"], check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.tune",
+            f"cache={A100}",
+            "budget=20",
+            "batch=10",
+            f"paths.output_dir={tmp_path}",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "found / best recorded" in done.stdout
     with sqlite3.connect(tmp_path / "mlflow.db") as db:

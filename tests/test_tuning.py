@@ -1,5 +1,6 @@
 """Tuning features (features.config) and the tuning loop (models.tuning): hand-computed features, the loop's
 contract, Kernel Tuner's own strategies replaying a real cache, and a whole model-guided run on a shared cache."""
+
 from __future__ import annotations
 
 import json
@@ -9,11 +10,24 @@ import pandas as pd
 import pytest
 
 from data.importers.kerneltuner import import_kerneltuner, load_cache
-from features.config import (config_frame, device_limits, gemm_structure, reference_runtime_features,
-                             spec_relative, tuning_features)
+from features.config import (
+    config_frame,
+    device_limits,
+    gemm_structure,
+    reference_runtime_features,
+    spec_relative,
+    tuning_features,
+)
 from models.tree import XGBoostModel
-from models.tuning import (BootstrapEnsemble, CacheSpace, expected_improvement, kernel_tuner_run,
-                           measurements_to_within, tune, tune_on_rows)
+from models.tuning import (
+    BootstrapEnsemble,
+    CacheSpace,
+    expected_improvement,
+    kernel_tuner_run,
+    measurements_to_within,
+    tune,
+    tune_on_rows,
+)
 from tests.conftest import SHARED
 
 
@@ -35,9 +49,28 @@ def small_model(seed: int = 0):
 
 # --- features -------------------------------------------------------------------------------------------------
 
+
 def test_gemm_structure_by_hand():
-    cfg = pd.DataFrame([{"MWG": 64, "NWG": 128, "KWG": 32, "MDIMC": 16, "NDIMC": 8, "MDIMA": 16, "NDIMB": 8,
-                         "VWM": 2, "VWN": 4, "KWI": 2, "SA": 1, "SB": 0, "STRM": 0, "STRN": 0}])
+    cfg = pd.DataFrame(
+        [
+            {
+                "MWG": 64,
+                "NWG": 128,
+                "KWG": 32,
+                "MDIMC": 16,
+                "NDIMC": 8,
+                "MDIMA": 16,
+                "NDIMB": 8,
+                "VWM": 2,
+                "VWN": 4,
+                "KWI": 2,
+                "SA": 1,
+                "SB": 0,
+                "STRM": 0,
+                "STRN": 0,
+            }
+        ]
+    )
     s = gemm_structure(cfg, 4096, 4096, 4096)
     assert s["threads"][0] == 128 and s["mwi"][0] == 4 and s["nwi"][0] == 16
     assert s["outputs_per_thread"][0] == 64
@@ -51,14 +84,19 @@ def test_gemm_structure_by_hand():
 def test_device_limits_and_spec_relative(registry):
     turing, ampere = device_limits(registry.get("RTX-2080-Ti")), device_limits(registry.get("RTX-3060-Laptop"))
     assert turing["threads"] == 1024 and ampere["threads"] == 1536 and turing["limits_known"] == 1
-    unknown = registry.get("RTX-2080-Ti").__class__.from_dict({**registry.get("RTX-2080-Ti").to_dict(),
-                                                              "id": "x", "architecture": "future", "extra": {}})
+    unknown = registry.get("RTX-2080-Ti").__class__.from_dict(
+        {**registry.get("RTX-2080-Ti").to_dict(), "id": "x", "architecture": "future", "extra": {}}
+    )
     unknown.extra.pop("compute_capability", None)
     assert device_limits(unknown)["limits_known"] == 0
     # 256 threads, 16 KB shared: Turing fits 4 blocks (1024 threads), 64 KB / 16 KB = 4; 60 KB shared does not fit
-    structure = {"threads": np.array([256.0, 256.0]), "blocks": np.array([6800.0, 6800.0]),
-                 "smem_bytes": np.array([16384.0, 61440.0]), "regs_per_thread": np.array([32.0, 32.0]),
-                 "traffic_bytes": np.array([1e9, 1e9])}
+    structure = {
+        "threads": np.array([256.0, 256.0]),
+        "blocks": np.array([6800.0, 6800.0]),
+        "smem_bytes": np.array([16384.0, 61440.0]),
+        "regs_per_thread": np.array([32.0, 32.0]),
+        "traffic_bytes": np.array([1e9, 1e9]),
+    }
     rel = spec_relative(structure, 1e11, registry.get("RTX-2080-Ti"))
     assert rel["blocks_per_sm"].tolist() == [4.0, 0.0]
     assert rel["occupancy"][0] == pytest.approx(1.0)
@@ -68,9 +106,34 @@ def test_device_limits_and_spec_relative(registry):
 
 def test_tuning_features_per_kernel(registry, conv_head):
     conv = conv_head[conv_head["status"] == "ok"].groupby("hardware").head(10)
-    gemm = conv.head(12).assign(op="matmul", m=4096, n=4096, k=4096, config=[json.dumps(
-        {"MWG": mwg, "NWG": 64, "KWG": 32, "MDIMC": 16, "NDIMC": 16, "MDIMA": 16, "NDIMB": 16, "VWM": 2, "VWN": 2,
-         "KWI": 2, "SA": 1, "SB": 1, "STRM": 0, "STRN": 0, "PRECISION": 32}) for mwg in [32, 64, 128] * 4])
+    gemm = conv.head(12).assign(
+        op="matmul",
+        m=4096,
+        n=4096,
+        k=4096,
+        config=[
+            json.dumps(
+                {
+                    "MWG": mwg,
+                    "NWG": 64,
+                    "KWG": 32,
+                    "MDIMC": 16,
+                    "NDIMC": 16,
+                    "MDIMA": 16,
+                    "NDIMB": 16,
+                    "VWM": 2,
+                    "VWN": 2,
+                    "KWI": 2,
+                    "SA": 1,
+                    "SB": 1,
+                    "STRM": 0,
+                    "STRN": 0,
+                    "PRECISION": 32,
+                }
+            )
+            for mwg in [32, 64, 128] * 4
+        ],
+    )
     ok = pd.concat([gemm, conv], ignore_index=True)
     X = tuning_features(ok, registry)
     gemm = (ok["op"] == "matmul").to_numpy()
@@ -87,8 +150,9 @@ def test_tuning_features_per_kernel(registry, conv_head):
 
 def test_reference_runtime_features_by_hand():
     cfg = [json.dumps({"a": i}) for i in range(3)]
-    reference = pd.DataFrame({"config": cfg * 2, "hardware": ["g1"] * 3 + ["g2"] * 3,
-                              "runtime_ms": [1.0, 2.0, 4.0, 10.0, np.nan, 5.0]})
+    reference = pd.DataFrame(
+        {"config": cfg * 2, "hardware": ["g1"] * 3 + ["g2"] * 3, "runtime_ms": [1.0, 2.0, 4.0, 10.0, np.nan, 5.0]}
+    )
     target = pd.DataFrame({"config": [cfg[2], cfg[1], json.dumps({"a": 9})]})
     R = reference_runtime_features(target, reference)
     assert R["ref_g1"].tolist()[:2] == pytest.approx([np.log(4), np.log(2)])
@@ -98,6 +162,7 @@ def test_reference_runtime_features_by_hand():
 
 
 # --- the loop on a synthetic space ----------------------------------------------------------------------------
+
 
 def synthetic_space(n: int = 600, seed: int = 0):
     rng = np.random.default_rng(seed)
@@ -162,8 +227,15 @@ def test_model_guided_beats_random_on_a_synthetic_space():
     found = {s: [] for s in ("ei", "thompson", "random")}
     for seed in range(3):
         for strategy in found:
-            res = tune(X, lambda idx: runtime[idx], budget=90, batch_size=15, strategy=strategy, seed=seed,
-                       model_factory=small_model)
+            res = tune(
+                X,
+                lambda idx: runtime[idx],
+                budget=90,
+                batch_size=15,
+                strategy=strategy,
+                seed=seed,
+                model_factory=small_model,
+            )
             found[strategy].append(res.best_runtime_ms / best)
     # 90 of 1 500 measured: the model-guided runs end closer to the optimum than random search on the same seeds
     assert np.median(found["ei"]) < 1.02 and np.median(found["ei"]) < np.median(found["random"]), found
@@ -177,6 +249,7 @@ def test_measurements_to_within():
 
 
 # --- real caches ------------------------------------------------------------------------------------------------
+
 
 def test_kernel_tuner_strategies_replay_the_cache(tmp_path):
     cache = SHARED / "kerneltuner" / "convolution_milo" / "W6600.json.gz"
@@ -200,11 +273,13 @@ def test_tune_on_a_shared_cache_finds_near_best_faster_than_random(conv_rows, re
     budget = 110  # 2.5 % of the space
     guided, rand = [], []
     for seed in range(3):
-        res = tune(space.features, space.measure, budget, 22, "ei", seed, model_factory=space.model_factory,
-                   prior=space.prior)
+        res = tune(
+            space.features, space.measure, budget, 22, "ei", seed, model_factory=space.model_factory, prior=space.prior
+        )
         guided.append(res.measurements_to_within(space.best_ms, 0.02))
-        rand.append(tune(space.features, space.measure, budget, 22, "random", seed)
-                    .measurements_to_within(space.best_ms, 0.02))
+        rand.append(
+            tune(space.features, space.measure, budget, 22, "random", seed).measurements_to_within(space.best_ms, 0.02)
+        )
     assert np.median(guided) <= 0.5 * budget and np.median(guided) < np.median(rand), (guided, rand)
     with pytest.raises(ValueError, match="no successful"):
         CacheSpace.from_rows(conv_rows, "RTX-2080-Ti", registry)

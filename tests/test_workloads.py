@@ -23,8 +23,11 @@ def test_bytes_are_inputs_weights_outputs_and_follow_dtype():
 
 @pytest.mark.parametrize("op", list(OPS))
 def test_every_op_builds_and_runs_on_cpu(op):
-    params = {p: 3 for p in OPS[op].params} | ({"padding": 1, "stride": 1} if "padding" in OPS[op].params else {}) \
+    params = (
+        {p: 3 for p in OPS[op].params}
+        | ({"padding": 1, "stride": 1} if "padding" in OPS[op].params else {})
         | ({"causal": 1} if op == "sdpa" else {})
+    )
     fn, inputs, _ = build(op, params, "float32", device="cpu")
     with torch.no_grad():
         out = fn(*inputs)
@@ -33,22 +36,32 @@ def test_every_op_builds_and_runs_on_cpu(op):
     assert count_cost(op, params, "float32")[1] > 0
 
 
-@pytest.mark.parametrize("op,params,msg", [
-    ("matmulx", {"m": 1}, "unknown op"),
-    ("matmul", {"m": 4, "n": 4}, "needs shape parameter 'k'"),
-    ("matmul", {"m": 4, "n": 0, "k": 4}, "must be >= 1"),
-    ("matmul", {"m": 4, "n": 2.5, "k": 4}, "must be an integer"),
-    ("conv2d", dict(batch=1, c_in=1, c_out=1, h=2, w=8, kernel=5, stride=1, padding=0), "larger than padded input"),
-    ("sdpa", dict(batch=1, heads=2, seq_len=8, head_dim=4, causal=2), "'causal' must be 0 or 1"),
-    ("transformer", dict(batch=1, seq_len=8, width=10, heads=4, depth=1), "multiple of heads"),
-    ("conv2d", dict(batch=1, c_in=6, c_out=8, h=8, w=8, kernel=3, stride=1, padding=1, groups=4),
-     "multiples of groups"),
-    ("conv2d", dict(batch=1, c_in=4, c_out=4, h=8, w=8, kernel=3, stride=1, padding=0, dilation=4), "dilated kernel"),
-    ("conv2d", dict(batch=1, c_in=4, c_out=4, h=8, w=8, kernel=3, stride=1, padding=0, groups=-2), "must be >= 1"),
-    ("max_pool2d", dict(batch=1, c_in=4, h=8, w=8, kernel=3, stride=2, padding=2), "at most half the kernel"),
-    ("ewise", dict(m=4, n=4, inputs=4), "inputs must be 0..3"),
-    ("sdpa", dict(batch=1, heads=2, seq_len=8, head_dim=4, causal=0, kv_len=2.5), "must be an integer"),
-])
+@pytest.mark.parametrize(
+    "op,params,msg",
+    [
+        ("matmulx", {"m": 1}, "unknown op"),
+        ("matmul", {"m": 4, "n": 4}, "needs shape parameter 'k'"),
+        ("matmul", {"m": 4, "n": 0, "k": 4}, "must be >= 1"),
+        ("matmul", {"m": 4, "n": 2.5, "k": 4}, "must be an integer"),
+        ("conv2d", dict(batch=1, c_in=1, c_out=1, h=2, w=8, kernel=5, stride=1, padding=0), "larger than padded input"),
+        ("sdpa", dict(batch=1, heads=2, seq_len=8, head_dim=4, causal=2), "'causal' must be 0 or 1"),
+        ("transformer", dict(batch=1, seq_len=8, width=10, heads=4, depth=1), "multiple of heads"),
+        (
+            "conv2d",
+            dict(batch=1, c_in=6, c_out=8, h=8, w=8, kernel=3, stride=1, padding=1, groups=4),
+            "multiples of groups",
+        ),
+        (
+            "conv2d",
+            dict(batch=1, c_in=4, c_out=4, h=8, w=8, kernel=3, stride=1, padding=0, dilation=4),
+            "dilated kernel",
+        ),
+        ("conv2d", dict(batch=1, c_in=4, c_out=4, h=8, w=8, kernel=3, stride=1, padding=0, groups=-2), "must be >= 1"),
+        ("max_pool2d", dict(batch=1, c_in=4, h=8, w=8, kernel=3, stride=2, padding=2), "at most half the kernel"),
+        ("ewise", dict(m=4, n=4, inputs=4), "inputs must be 0..3"),
+        ("sdpa", dict(batch=1, heads=2, seq_len=8, head_dim=4, causal=0, kv_len=2.5), "must be an integer"),
+    ],
+)
 def test_validate_names_the_problem(op, params, msg):
     with pytest.raises(WorkloadError, match=msg):
         validate(op, params)
@@ -60,9 +73,22 @@ def test_shape_id_ignores_unused_params_and_dtype():
 
 
 def test_sweep_is_seeded_bounded_and_distinct():
-    ops = {"matmul": {"n": 20, "params": {"m": [8, 4096], "n": [8, 4096], "k": [8, 4096]}},
-           "conv2d": {"n": 5, "params": {"batch": 2, "c_in": [3, 64], "c_out": {"choice": [16, 32]}, "h": [8, 32],
-                                         "w": [8, 32], "kernel": {"choice": [1, 3]}, "stride": 1, "padding": 1}}}
+    ops = {
+        "matmul": {"n": 20, "params": {"m": [8, 4096], "n": [8, 4096], "k": [8, 4096]}},
+        "conv2d": {
+            "n": 5,
+            "params": {
+                "batch": 2,
+                "c_in": [3, 64],
+                "c_out": {"choice": [16, 32]},
+                "h": [8, 32],
+                "w": [8, 32],
+                "kernel": {"choice": [1, 3]},
+                "stride": 1,
+                "padding": 1,
+            },
+        },
+    }
     a = random_sweep(ops, ["float32", "float16"], seed=3, max_flops=1e8)
     assert a == random_sweep(ops, ["float32", "float16"], seed=3, max_flops=1e8)
     assert a != random_sweep(ops, ["float32", "float16"], seed=4, max_flops=1e8)
@@ -78,8 +104,12 @@ CONV = dict(batch=2, c_in=8, c_out=16, h=16, w=16, kernel=3, stride=1, padding=1
 def test_optional_params_at_their_default_change_nothing():
     # groups = 1 / dilation = 1 / kv_len = seq_len (given, missing, NaN or 0) is the row that never had them
     base = (validate("conv2d", CONV), shape_id("conv2d", CONV), count_cost("conv2d", CONV, "float32"))
-    for extra in ({"groups": 1}, {"groups": 1.0, "dilation": 1}, {"groups": float("nan")},
-                  {"groups": 0, "dilation": 0}):
+    for extra in (
+        {"groups": 1},
+        {"groups": 1.0, "dilation": 1},
+        {"groups": float("nan")},
+        {"groups": 0, "dilation": 0},
+    ):
         p = CONV | extra
         assert (validate("conv2d", p), shape_id("conv2d", p), count_cost("conv2d", p, "float32")) == base
     sd = dict(batch=2, heads=4, seq_len=16, head_dim=8, causal=1)
@@ -103,9 +133,13 @@ def test_new_ops_flops_and_bytes_closed_forms():
     for op in ("max_pool2d", "avg_pool2d"):
         assert count_cost(op, pool, "float32") == (0.0, e * (b * ci * h * w + b * ci * 8 * 8))
     assert count_cost("adaptive_avg_pool2d", dict(batch=b, c_in=ci, h=h, w=w, out_size=4), "float16") == (
-        0.0, 2 * (b * ci * h * w + b * ci * 16))
+        0.0,
+        2 * (b * ci * h * w + b * ci * 16),
+    )
     assert count_cost("batchnorm", dict(batch=b, c_in=ci, h=h, w=w), "float32") == (
-        0.0, e * (2 * b * ci * h * w + 4 * ci))  # x, y, weight, bias, running mean and variance
+        0.0,
+        e * (2 * b * ci * h * w + 4 * ci),
+    )  # x, y, weight, bias, running mean and variance
     assert count_cost("rmsnorm", {"m": 6, "n": 32}, "float32") == (0.0, e * (2 * 6 * 32 + 32))
     # embedding: int64 ids, the rows a lookup can touch (min(m, k)), the output
     assert count_cost("embedding", {"m": 10, "n": 32, "k": 1000}, "float32") == (0.0, 8 * 10 + e * (10 * 32 + 10 * 32))
@@ -141,11 +175,17 @@ def test_importers_finish_costs_optional_params():
 
     from data.importers import finish
 
-    rows = [CONV | {"groups": 4}, CONV | {"groups": 1}, CONV | {"groups": float("nan")}, CONV,
-            {"batch": 2, "heads": 4, "seq_len": 1, "head_dim": 8, "causal": 0, "kv_len": 64}]
+    rows = [
+        CONV | {"groups": 4},
+        CONV | {"groups": 1},
+        CONV | {"groups": float("nan")},
+        CONV,
+        {"batch": 2, "heads": 4, "seq_len": 1, "head_dim": 8, "causal": 0, "kv_len": 64},
+    ]
     ops = ["conv2d"] * 4 + ["sdpa"]
-    out = finish(pd.DataFrame(rows).assign(op=ops, dtype="float32", hardware="H100-SXM", runtime_ms=1.0),
-                 source="test", env={})
+    out = finish(
+        pd.DataFrame(rows).assign(op=ops, dtype="float32", hardware="H100-SXM", runtime_ms=1.0), source="test", env={}
+    )
     assert out["flops"].tolist() == [count_cost(op, r, "float32")[0] for op, r in zip(ops, rows)]
     assert out["bytes"].tolist() == [count_cost(op, r, "float32")[1] for op, r in zip(ops, rows)]
     assert out.loc[0, "flops"] == count_cost("conv2d", CONV, "float32")[0] / 4

@@ -10,6 +10,7 @@
 
 Each factory takes no argument (what ``costmodel predict --torch tests.torch_models:resnet`` calls).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,12 @@ class BasicBlock(nn.Module):
 class ResNet(nn.Module):
     def __init__(self, widths=(16, 32, 64), blocks=(1, 1, 1), classes: int = 10):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]),
-                                  nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, widths[0], 7, 2, 3, bias=False),
+            nn.BatchNorm2d(widths[0]),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2, 1),
+        )
         layers, c = [], widths[0]
         for i, (w, n) in enumerate(zip(widths, blocks)):
             for j in range(n):
@@ -61,8 +66,13 @@ class InvertedResidual(nn.Module):
         layers = []
         if expand != 1:
             layers += [nn.Conv2d(c_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True)]
-        layers += [nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden),
-                   nn.ReLU6(inplace=True), nn.Conv2d(hidden, c_out, 1, bias=False), nn.BatchNorm2d(c_out)]
+        layers += [
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(inplace=True),
+            nn.Conv2d(hidden, c_out, 1, bias=False),
+            nn.BatchNorm2d(c_out),
+        ]
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x):
@@ -120,8 +130,16 @@ class ViTBlock(nn.Module):
 
 
 class ViT(nn.Module):
-    def __init__(self, image: int = 32, patch: int = 16, dim: int = 64, depth: int = 2, heads: int = 4,
-                 classes: int = 10, fused: bool = False):
+    def __init__(
+        self,
+        image: int = 32,
+        patch: int = 16,
+        dim: int = 64,
+        depth: int = 2,
+        heads: int = 4,
+        classes: int = 10,
+        fused: bool = False,
+    ):
         super().__init__()
         self.patch = nn.Conv2d(3, dim, patch, patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))

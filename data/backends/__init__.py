@@ -4,11 +4,12 @@ A backend is one file here and one config, ``conf/collect/backend/<name>.yaml`` 
 job measures every backend named in ``collect.backends``, ``pipelines.collect`` one (``backend=<name>``). It satisfies
 :class:`Backend`; nothing else lists the backends (``data.schema.known_backends`` reads the config folder).
 """
+
 from __future__ import annotations
 
 import json
 import platform
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -37,10 +38,16 @@ def base_row(workload: dict, hardware: str, backend: str, source: str, env: dict
     """The identity part of a row, shared by every backend."""
     op, params = workload["op"], workload["params"]
     return {
-        "op": op, "family": family(op), "dtype": workload["dtype"], **params,
-        "shape_id": shape_id(op, params), "hardware": hardware, "backend": backend,
-        "source": source, "env": json.dumps(env, sort_keys=True),
-        "timestamp": datetime.now(timezone.utc),
+        "op": op,
+        "family": family(op),
+        "dtype": workload["dtype"],
+        **params,
+        "shape_id": shape_id(op, params),
+        "hardware": hardware,
+        "backend": backend,
+        "source": source,
+        "env": json.dumps(env, sort_keys=True),
+        "timestamp": datetime.now(UTC),
     }
 
 

@@ -32,6 +32,7 @@ Per workload, on real tensors, with the thread count pinned (``torch.set_num_thr
 
 A workload that fails (invalid shape, out of memory, ...) becomes an error row with the message.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -78,8 +79,9 @@ class Rapl:
                 int((d / "energy_uj").read_text())
                 self.domains.append(d)
             except PermissionError:
-                self.reason = (f"RAPL not readable: permission denied on {d / 'energy_uj'} "
-                               "(root-only since CVE-2020-8694)")
+                self.reason = (
+                    f"RAPL not readable: permission denied on {d / 'energy_uj'} (root-only since CVE-2020-8694)"
+                )
             except (OSError, ValueError) as exc:
                 self.reason = f"RAPL not readable: {d / 'energy_uj'}: {exc}"
         if self.domains:
@@ -149,10 +151,21 @@ def _reset_peak_rss() -> str | None:
 class CpuBackend:
     name = "cpu"
 
-    def __init__(self, num_threads: int = 1, min_run_time: float = 0.05, warmup: int = 2,
-                 source: str = "cpu-sweep", hardware: HardwareSpec | None = None, timer: str = "blocked",
-                 threshold: float = 0.1, max_run_time: float = 1.0, measure_memory: bool = True,
-                 energy: bool = True, energy_min_time: float = 0.05, powercap_root: str | Path = POWERCAP):
+    def __init__(
+        self,
+        num_threads: int = 1,
+        min_run_time: float = 0.05,
+        warmup: int = 2,
+        source: str = "cpu-sweep",
+        hardware: HardwareSpec | None = None,
+        timer: str = "blocked",
+        threshold: float = 0.1,
+        max_run_time: float = 1.0,
+        measure_memory: bool = True,
+        energy: bool = True,
+        energy_min_time: float = 0.05,
+        powercap_root: str | Path = POWERCAP,
+    ):
         if timer not in ("blocked", "adaptive"):
             raise ValueError(f"cpu backend: timer must be 'blocked' or 'adaptive', got {timer!r}")
         self.num_threads = int(num_threads)
@@ -185,11 +198,14 @@ class CpuBackend:
         return {**self.__dict__, "_rapl": None}
 
     def _time(self, fn, inputs) -> tuple[benchmark.Measurement, str]:
-        timer = benchmark.Timer(stmt="fn(*inputs)", globals={"fn": fn, "inputs": inputs},
-                                num_threads=self.num_threads)
+        timer = benchmark.Timer(stmt="fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=self.num_threads)
         if self.timer == "adaptive":
-            return (timer.adaptive_autorange(threshold=self.threshold, min_run_time=self.min_run_time,
-                                             max_run_time=self.max_run_time), "adaptive_autorange")
+            return (
+                timer.adaptive_autorange(
+                    threshold=self.threshold, min_run_time=self.min_run_time, max_run_time=self.max_run_time
+                ),
+                "adaptive_autorange",
+            )
         return timer.blocked_autorange(min_run_time=self.min_run_time), "blocked_autorange"
 
     def _peak_memory(self, fn, inputs, weights) -> tuple[float | None, str]:
@@ -237,8 +253,15 @@ class CpuBackend:
                 m, method = self._time(fn, inputs)
                 blocks = [t for t in m.times]  # seconds per call, one value per block
                 cv = statistics.stdev(blocks) / statistics.fmean(blocks) if len(blocks) > 1 else None
-                row.update(status="ok", error=None, runtime_ms=m.median * 1e3, runtime_iqr_ms=m.iqr * 1e3,
-                           runtime_cv=cv, runtime_repeats=len(blocks), timing_method=method)
+                row.update(
+                    status="ok",
+                    error=None,
+                    runtime_ms=m.median * 1e3,
+                    runtime_iqr_ms=m.iqr * 1e3,
+                    runtime_cv=cv,
+                    runtime_repeats=len(blocks),
+                    timing_method=method,
+                )
                 env.update(calls_per_block=int(m.number_per_run), num_interop_threads=torch.get_num_interop_threads())
                 if self.measure_memory:
                     row["peak_mem_bytes"], env["peak_mem"] = self._peak_memory(fn, inputs, weights)

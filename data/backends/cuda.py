@@ -30,6 +30,7 @@ driver, torch and CUDA versions, power limit, ``over_power_limit`` (kept, flagge
 timing windows (min/max) and the power window. Without a GPU, ``hardware`` and ``measure`` raise one
 clear ``NoCudaDevice`` line; a workload that fails on the GPU (OOM, invalid shape) becomes an error row.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,8 +38,8 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -80,22 +81,29 @@ def fp32_math(dtype: str):
 # --------------------------------------------------------------------------- timing
 @dataclass
 class Timing:
-    runtime_ms: float           # median over windows of the per-call time
+    runtime_ms: float  # median over windows of the per-call time
     min_ms: float
     max_ms: float
     iqr_ms: float
     windows: int
     calls_per_window: int
-    method: str                 # cuda_events | cuda_graph
+    method: str  # cuda_events | cuda_graph
     launch: Callable[[], None]  # enqueues one unit of work (graph replay or eager batch)
     calls_per_launch: int
     eager_estimate_us: float
-    note: str | None = None     # e.g. why a graph was wanted but not used
+    note: str | None = None  # e.g. why a graph was wanted but not used
 
     def summary(self) -> dict:
-        return {"timing_method": self.method, "timing_note": self.note, "runtime_min_ms": self.min_ms, "runtime_max_ms": self.max_ms,
-                "timing_windows": self.windows, "calls_per_window": self.calls_per_window,
-                "calls_per_launch": self.calls_per_launch, "eager_estimate_us": round(self.eager_estimate_us, 3)}
+        return {
+            "timing_method": self.method,
+            "timing_note": self.note,
+            "runtime_min_ms": self.min_ms,
+            "runtime_max_ms": self.max_ms,
+            "timing_windows": self.windows,
+            "calls_per_window": self.calls_per_window,
+            "calls_per_launch": self.calls_per_launch,
+            "eager_estimate_us": round(self.eager_estimate_us, 3),
+        }
 
 
 def _elapsed_ms(run: Callable[[], None]) -> float:
@@ -107,7 +115,7 @@ def _elapsed_ms(run: Callable[[], None]) -> float:
     return start.elapsed_time(end)
 
 
-def _capture(fn: Callable[[], object], calls: int) -> "torch.cuda.CUDAGraph":
+def _capture(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
     """``calls`` back-to-back calls of ``fn`` as one CUDA graph (warmed up on a side stream first, as the
     torch docs require)."""
     side = torch.cuda.Stream()
@@ -125,9 +133,17 @@ def _capture(fn: Callable[[], object], calls: int) -> "torch.cuda.CUDAGraph":
     return graph
 
 
-def time_calls(fn: Callable[[], object], *, windows: int = 7, min_window_ms: float = 20.0,
-               graph: str | bool = "auto", graph_threshold_us: float = 30.0, graph_min_ms: float = 1.0,
-               max_calls_per_graph: int = 1000, warmup: int = 3) -> Timing:
+def time_calls(
+    fn: Callable[[], object],
+    *,
+    windows: int = 7,
+    min_window_ms: float = 20.0,
+    graph: str | bool = "auto",
+    graph_threshold_us: float = 30.0,
+    graph_min_ms: float = 1.0,
+    max_calls_per_graph: int = 1000,
+    warmup: int = 3,
+) -> Timing:
     """Per-call runtime of ``fn`` on the current CUDA device (see the module docstring).
 
     ``graph``: ``"auto"`` (graph when the eager estimate is under ``graph_threshold_us``), ``True``
@@ -165,13 +181,24 @@ def time_calls(fn: Callable[[], object], *, windows: int = 7, min_window_ms: flo
 
     per_call = sorted(_elapsed_ms(window) / (reps * per_launch) for _ in range(windows))
     q1, q3 = (statistics.quantiles(per_call, n=4, method="inclusive") if len(per_call) > 1 else (per_call[0],) * 3)[::2]
-    return Timing(runtime_ms=float(statistics.median(per_call)), min_ms=per_call[0], max_ms=per_call[-1],
-                  iqr_ms=float(q3 - q1), windows=windows, calls_per_window=reps * per_launch, method=method,
-                  launch=launch, calls_per_launch=per_launch, eager_estimate_us=est_ms * 1e3, note=note)
+    return Timing(
+        runtime_ms=float(statistics.median(per_call)),
+        min_ms=per_call[0],
+        max_ms=per_call[-1],
+        iqr_ms=float(q3 - q1),
+        windows=windows,
+        calls_per_window=reps * per_launch,
+        method=method,
+        launch=launch,
+        calls_per_launch=per_launch,
+        eager_estimate_us=est_ms * 1e3,
+        note=note,
+    )
 
 
-def measure_power(nvml_power: NvmlPower, timing: Timing, device_index: int = 0,
-                  batch_ms: float = 5.0, depth: int = 3) -> PowerReading:
+def measure_power(
+    nvml_power: NvmlPower, timing: Timing, device_index: int = 0, batch_ms: float = 5.0, depth: int = 3
+) -> PowerReading:
     """Average board power while ``timing.launch`` runs back to back in a worker thread.
 
     The worker enqueues batches of launches lasting ~``batch_ms`` each and waits (CUDA event per batch)
@@ -214,13 +241,24 @@ def measure_power(nvml_power: NvmlPower, timing: Timing, device_index: int = 0,
 def power_fields(reading: PowerReading | None, runtime_ms: float | None) -> dict:
     """Schema columns from a power reading: power_w as measured (never clipped), energy_j = power x runtime."""
     if reading is None:
-        return {"power_w": None, "energy_j": None, "power_method": None, "sm_clock_mhz": None,
-                "mem_clock_mhz": None, "temperature_c": None, "throttled": None}
-    return {"power_w": reading.power_w,
-            "energy_j": None if runtime_ms is None else reading.power_w * runtime_ms * 1e-3,
-            "power_method": reading.method, "sm_clock_mhz": reading.sm_clock_mhz,
-            "mem_clock_mhz": reading.mem_clock_mhz, "temperature_c": reading.temperature_c,
-            "throttled": reading.throttled}
+        return {
+            "power_w": None,
+            "energy_j": None,
+            "power_method": None,
+            "sm_clock_mhz": None,
+            "mem_clock_mhz": None,
+            "temperature_c": None,
+            "throttled": None,
+        }
+    return {
+        "power_w": reading.power_w,
+        "energy_j": None if runtime_ms is None else reading.power_w * runtime_ms * 1e-3,
+        "power_method": reading.method,
+        "sm_clock_mhz": reading.sm_clock_mhz,
+        "mem_clock_mhz": reading.mem_clock_mhz,
+        "temperature_c": reading.temperature_c,
+        "throttled": reading.throttled,
+    }
 
 
 # --------------------------------------------------------------------------- backend
@@ -229,22 +267,46 @@ class CudaBackend:
 
     name = "cuda"
 
-    def __init__(self, device_index: int = 0, windows: int = 7, min_window_ms: float = 20.0,
-                 graph: str | bool = "auto", graph_threshold_us: float = 30.0, graph_min_ms: float = 1.0,
-                 max_calls_per_graph: int = 1000, warmup: int = 3, power: bool = True,
-                 power_ticks: int = 4, settle_ticks: int = 1, min_power_window_s: float = 0.3,
-                 poll_interval_ms: float = 0.5,
-                 sample_window_s: float = 1.0, sample_settle_s: float = 1.2, source: str = "cuda-sweep",
-                 registry: HardwareRegistry | None = None, nvml_power: NvmlPower | None = None):
+    def __init__(
+        self,
+        device_index: int = 0,
+        windows: int = 7,
+        min_window_ms: float = 20.0,
+        graph: str | bool = "auto",
+        graph_threshold_us: float = 30.0,
+        graph_min_ms: float = 1.0,
+        max_calls_per_graph: int = 1000,
+        warmup: int = 3,
+        power: bool = True,
+        power_ticks: int = 4,
+        settle_ticks: int = 1,
+        min_power_window_s: float = 0.3,
+        poll_interval_ms: float = 0.5,
+        sample_window_s: float = 1.0,
+        sample_settle_s: float = 1.2,
+        source: str = "cuda-sweep",
+        registry: HardwareRegistry | None = None,
+        nvml_power: NvmlPower | None = None,
+    ):
         self.device_index = int(device_index)
-        self.timing_kw = dict(windows=int(windows), min_window_ms=float(min_window_ms), graph=graph,
-                              graph_threshold_us=float(graph_threshold_us), graph_min_ms=float(graph_min_ms),
-                              max_calls_per_graph=int(max_calls_per_graph), warmup=int(warmup))
+        self.timing_kw = dict(
+            windows=int(windows),
+            min_window_ms=float(min_window_ms),
+            graph=graph,
+            graph_threshold_us=float(graph_threshold_us),
+            graph_min_ms=float(graph_min_ms),
+            max_calls_per_graph=int(max_calls_per_graph),
+            warmup=int(warmup),
+        )
         self.power = bool(power)
-        self.power_kw = dict(ticks=int(power_ticks), settle_ticks=int(settle_ticks),
-                             min_window_s=float(min_power_window_s),
-                             poll_interval_s=float(poll_interval_ms) * 1e-3, sample_window_s=float(sample_window_s),
-                             sample_settle_s=float(sample_settle_s))
+        self.power_kw = dict(
+            ticks=int(power_ticks),
+            settle_ticks=int(settle_ticks),
+            min_window_s=float(min_power_window_s),
+            poll_interval_s=float(poll_interval_ms) * 1e-3,
+            sample_window_s=float(sample_window_s),
+            sample_settle_s=float(sample_settle_s),
+        )
         self.source = source
         self._registry = registry
         self._nvml = nvml_power
@@ -258,8 +320,9 @@ class CudaBackend:
             registry = self._registry or HardwareRegistry.from_dir()
             name = torch.cuda.get_device_name(self.device_index)
             if name not in registry:
-                raise UnknownHardwareError(f"GPU {name!r} is not in the hardware registry: add it (or this name "
-                                           f"as an alias) to conf/hardware/")
+                raise UnknownHardwareError(
+                    f"GPU {name!r} is not in the hardware registry: add it (or this name as an alias) to conf/hardware/"
+                )
             self._hardware = registry.get(name)
         return self._hardware
 
@@ -286,13 +349,19 @@ class CudaBackend:
         return self.device_index
 
     def environment(self) -> dict:
-        extra = {"cuda": torch.version.cuda, "device_index": self.device_index,
-                 "gpu": torch.cuda.get_device_name(self.device_index), **{k: v for k, v in self.timing_kw.items()}}
+        extra = {
+            "cuda": torch.version.cuda,
+            "device_index": self.device_index,
+            "gpu": torch.cuda.get_device_name(self.device_index),
+            **{k: v for k, v in self.timing_kw.items()},
+        }
         if self.nvml_power is not None:
             extra["driver"] = self.nvml_power.driver_version
         return environment(**extra)
 
-    def measure_fn(self, fn: Callable[[], object], graph: str | bool | None = None) -> tuple[Timing, PowerReading | None]:
+    def measure_fn(
+        self, fn: Callable[[], object], graph: str | bool | None = None
+    ) -> tuple[Timing, PowerReading | None]:
         """Time (and power-measure) any callable on this backend's device: the part the benchmark reuses."""
         require_cuda(self.device_index)
         kw = dict(self.timing_kw)
@@ -319,9 +388,16 @@ class CudaBackend:
                 torch.cuda.synchronize()
                 peak = torch.cuda.max_memory_allocated(self.device_index)
                 timing, reading = self.measure_fn(lambda: fn(*inputs), graph=graph)
-            row.update(status="ok", error=None, runtime_ms=timing.runtime_ms, runtime_iqr_ms=timing.iqr_ms,
-                       runtime_repeats=timing.windows, timing_method=timing.method, peak_mem_bytes=float(peak),
-                       **power_fields(reading, timing.runtime_ms))
+            row.update(
+                status="ok",
+                error=None,
+                runtime_ms=timing.runtime_ms,
+                runtime_iqr_ms=timing.iqr_ms,
+                runtime_repeats=timing.windows,
+                timing_method=timing.method,
+                peak_mem_bytes=float(peak),
+                **power_fields(reading, timing.runtime_ms),
+            )
             env.update(timing.summary())
             if reading is not None:
                 env.update(reading.summary())
@@ -338,4 +414,3 @@ class CudaBackend:
             fn = inputs = timing = None  # noqa: F841 (free the graph and tensors before the next workload)
             torch.cuda.empty_cache()
         return row
-

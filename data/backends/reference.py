@@ -5,7 +5,8 @@ it has: this machine's CPU, measured now, plus the pack in ``reference/`` (``dat
 NeuSight on 5 GPUs, the H200 set, DeepBench on 10 GPUs). A fresh clone needs nothing else and no network.
 
 Which rows (``conf/collect/backend/reference.yaml``): ``sources`` (name prefixes, null = all), ``hardware_ids``
-(null = all), ``exclude_hardware`` (e.g. a GPU kept aside to calibrate on later), and ``cap``: at most that many rows per (source, hardware, op, dtype) for the sources it names (a
+(null = all), ``exclude_hardware`` (e.g. a GPU kept aside to calibrate on later), and ``cap``: at most that many rows
+per (source, hardware, op, dtype) for the sources it names (a
 seeded sample, ``seed``), every row of the others. NeuSight's 151k rows are 98% of the pack; a cap of a few
 hundred per GPU and op keeps every op and GPU and makes the job minutes instead of an hour (the README's NeuSight
 evaluation: 5x the rows do not move leave-one-GPU-out).
@@ -14,6 +15,7 @@ evaluation: 5x the rows do not move leave-one-GPU-out).
 row, validated, ``backend = reference``); ``measure(workload)`` looks one workload up (``hardware`` in the workload
 picks the GPU; the median runtime of its rows) and is an error row where the pack has none.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from data.reference import REFERENCE_DIR, PACK_NAME, load_reference
+from data.reference import PACK_NAME, REFERENCE_DIR, load_reference
 from data.schema import validate
 from data.workloads import shape_id
 
@@ -31,8 +33,17 @@ GROUP = ("source", "hardware", "op", "dtype")
 class ReferenceBackend:
     """Replays the measured rows of the reference pack (module docstring)."""
 
-    def __init__(self, name: str = "reference", path: str | None = None, sources=None, hardware_ids=None,
-                 exclude_hardware=None, cap: dict | None = None, seed: int = 0, verify: bool = True):
+    def __init__(
+        self,
+        name: str = "reference",
+        path: str | None = None,
+        sources=None,
+        hardware_ids=None,
+        exclude_hardware=None,
+        cap: dict | None = None,
+        seed: int = 0,
+        verify: bool = True,
+    ):
         self.name = name
         self.path = Path(path) if path else REFERENCE_DIR / PACK_NAME
         self.sources = list(sources) if sources else None
@@ -60,8 +71,9 @@ class ReferenceBackend:
 
         rows = select(self.pack(), self.sources, self.hardware_ids, self.cap, self.seed, self.exclude_hardware)
         if rows.empty:
-            raise ValueError(f"reference backend: no pack rows match sources={self.sources} "
-                             f"hardware_ids={self.hardware_ids}")
+            raise ValueError(
+                f"reference backend: no pack rows match sources={self.sources} hardware_ids={self.hardware_ids}"
+            )
         register_backend(self.name)
         return validate(rows.assign(backend=self.name))
 
@@ -80,14 +92,23 @@ class ReferenceBackend:
             return {**row, "status": "error", "error": "workload not in the reference pack"}
         hit = hit[hit["hardware"] == hardware]
         first = hit.iloc[0]
-        return {**row, "source": first["source"], "env": first["env"], "status": "ok",
-                "runtime_ms": float(hit["runtime_ms"].median()), "flops": float(first["flops"]),
-                "bytes": float(first["bytes"]), "timing_method": first["timing_method"]}
+        return {
+            **row,
+            "source": first["source"],
+            "env": first["env"],
+            "status": "ok",
+            "runtime_ms": float(hit["runtime_ms"].median()),
+            "flops": float(first["flops"]),
+            "bytes": float(first["bytes"]),
+            "timing_method": first["timing_method"],
+        }
 
 
-def select(pack: pd.DataFrame, sources=None, hardware_ids=None, cap: dict | None = None, seed: int = 0,
-           exclude_hardware=None) -> pd.DataFrame:
-    """Rows of ``sources`` (prefixes) and ``hardware_ids``, none of ``exclude_hardware``; at most ``cap[prefix]`` rows per (source, hardware, op,
+def select(
+    pack: pd.DataFrame, sources=None, hardware_ids=None, cap: dict | None = None, seed: int = 0, exclude_hardware=None
+) -> pd.DataFrame:
+    """Rows of ``sources`` (prefixes) and ``hardware_ids``, none of ``exclude_hardware``; at most ``cap[prefix]`` rows
+    per (source, hardware, op,
     dtype) of a source starting with that prefix (seeded sample), every row of the others; pack order kept."""
     keep = np.ones(len(pack), bool)
     source = pack["source"].astype(str)
@@ -105,7 +126,7 @@ def select(pack: pd.DataFrame, sources=None, hardware_ids=None, cap: dict | None
         for idx in pack[capped].groupby(list(GROUP), sort=True).indices.values():
             positions = np.flatnonzero(capped)[idx]
             if len(positions) > int(n):
-                keep[rng.permutation(positions)[int(n):]] = False
+                keep[rng.permutation(positions)[int(n) :]] = False
     return pack[keep].reset_index(drop=True)
 
 
@@ -117,9 +138,10 @@ def training_summary(rows: pd.DataFrame) -> str:
         kind = "SIMULATED" if backend.startswith("sim") else "real"
         hw = sorted(part["hardware"].unique())
         methods = sorted({str(m) for m in part["timing_method"].dropna().unique()})
-        lines.append(f"  {backend}/{source} ({kind}): {len(part):,} rows on {len(hw)} hardware "
-                     f"({', '.join(hw[:6])}{', ...' if len(hw) > 6 else ''}); dtypes "
-                     f"{', '.join(sorted(part['dtype'].unique()))}; {part['op'].nunique()} ops"
-                     + (f"; timing {', '.join(methods)}" if methods else ""))
+        lines.append(
+            f"  {backend}/{source} ({kind}): {len(part):,} rows on {len(hw)} hardware "
+            f"({', '.join(hw[:6])}{', ...' if len(hw) > 6 else ''}); dtypes "
+            f"{', '.join(sorted(part['dtype'].unique()))}; {part['op'].nunique()} ops"
+            + (f"; timing {', '.join(methods)}" if methods else "")
+        )
     return "\n".join(lines)
-

@@ -47,6 +47,7 @@ STREAM-like copies reach roughly these fractions of datasheet peaks), ``launch_o
 (order of a CUDA launch plus framework dispatch), 128x128 tiles (a common cuBLAS/CUTLASS tile).
 This is a first simulator; it is deterministic and it is *not* a measurement (backend ``sim-roofline``).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -83,8 +84,15 @@ def gemm_dims(op: str, p: dict) -> tuple[int, int, int, int] | None:
     return None
 
 
-def utilisation(flops, nbytes, runtime_s, peak_flops, bandwidth_bytes_s, compute_power_weight: float = 1.0,
-                memory_power_weight: float = 1.0):
+def utilisation(
+    flops,
+    nbytes,
+    runtime_s,
+    peak_flops,
+    bandwidth_bytes_s,
+    compute_power_weight: float = 1.0,
+    memory_power_weight: float = 1.0,
+):
     """``u = min(1, w_c * FLOPs / (runtime * peak) + w_m * bytes / (runtime * bandwidth))`` (module docstring).
 
     Element-wise over numpy arrays (or scalars); the one place the power model's utilisation is defined.
@@ -104,10 +112,19 @@ def analytical_power_w(u, idle_power_w, tdp_w):
 class SimRooflineBackend:
     name = "sim-roofline"
 
-    def __init__(self, hardware: HardwareSpec, compute_efficiency: float = 0.8, memory_efficiency: float = 0.85,
-                 launch_overhead_us: float = 5.0, tile_m: int = 128, tile_n: int = 128,
-                 source: str = "sim-roofline", compute_power_weight: float = 1.0,
-                 memory_power_weight: float = 1.0, idle_fraction: float = 0.1):
+    def __init__(
+        self,
+        hardware: HardwareSpec,
+        compute_efficiency: float = 0.8,
+        memory_efficiency: float = 0.85,
+        launch_overhead_us: float = 5.0,
+        tile_m: int = 128,
+        tile_n: int = 128,
+        source: str = "sim-roofline",
+        compute_power_weight: float = 1.0,
+        memory_power_weight: float = 1.0,
+        idle_fraction: float = 0.1,
+    ):
         self.hardware = hardware
         self.compute_efficiency = float(compute_efficiency)
         self.memory_efficiency = float(memory_efficiency)
@@ -148,23 +165,43 @@ class SimRooflineBackend:
         hw = self.hardware
         if hw.tdp_w is None or runtime_s <= 0:
             return None
-        u = utilisation(flops, nbytes, runtime_s, hw.peak_flops(dtype), hw.bandwidth_bytes_s,
-                        self.compute_power_weight, self.memory_power_weight)
+        u = utilisation(
+            flops,
+            nbytes,
+            runtime_s,
+            hw.peak_flops(dtype),
+            hw.bandwidth_bytes_s,
+            self.compute_power_weight,
+            self.memory_power_weight,
+        )
         return float(analytical_power_w(u, self.idle_power_w(), float(hw.tdp_w)))
 
     def measure(self, workload: dict) -> dict:
-        env = environment(model="sim-roofline", compute_efficiency=self.compute_efficiency,
-                          memory_efficiency=self.memory_efficiency, launch_overhead_us=self.launch_overhead_us,
-                          tile=[self.tile_m, self.tile_n], compute_power_weight=self.compute_power_weight,
-                          memory_power_weight=self.memory_power_weight, idle_power_w=self.idle_power_w(),
-                          tdp_w=self.hardware.tdp_w)
+        env = environment(
+            model="sim-roofline",
+            compute_efficiency=self.compute_efficiency,
+            memory_efficiency=self.memory_efficiency,
+            launch_overhead_us=self.launch_overhead_us,
+            tile=[self.tile_m, self.tile_n],
+            compute_power_weight=self.compute_power_weight,
+            memory_power_weight=self.memory_power_weight,
+            idle_power_w=self.idle_power_w(),
+            tdp_w=self.hardware.tdp_w,
+        )
         row = base_row(workload, self.hardware.id, self.name, self.source, env)
         op, params, dtype = workload["op"], workload["params"], workload["dtype"]
         row["flops"], row["bytes"] = count_cost(op, params, dtype)
         runtime_s = self.runtime_s(op, params, dtype)
         power = self.power_w(row["flops"], row["bytes"], runtime_s, dtype)
-        row.update(status="ok", error=None, runtime_ms=runtime_s * 1e3,
-                   runtime_iqr_ms=None, runtime_repeats=None, timing_method="simulated",
-                   power_w=power, energy_j=None if power is None else power * runtime_s,
-                   power_method=None if power is None else "simulated")
+        row.update(
+            status="ok",
+            error=None,
+            runtime_ms=runtime_s * 1e3,
+            runtime_iqr_ms=None,
+            runtime_repeats=None,
+            timing_method="simulated",
+            power_w=power,
+            energy_j=None if power is None else power * runtime_s,
+            power_method=None if power is None else "simulated",
+        )
         return row

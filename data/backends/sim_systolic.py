@@ -23,6 +23,7 @@ F folds (ceil(M/R) * ceil(N/C)) take ``F * (K + R + C - 2) - 1`` (tested in test
 
 Ops that are not GEMM-like (norms, elementwise, attention, networks) become error rows naming the reason.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -110,31 +111,48 @@ def gemm_of(op: str, p: dict) -> tuple[int, int, int, int]:
     raise ValueError(f"sim-systolic simulates GEMM-like ops ({', '.join(GEMM_OPS)}), not {op!r}")
 
 
-def simulate_gemm(m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str,
-                  ifmap_kb: int, filter_kb: int, ofmap_kb: int) -> dict:
+def simulate_gemm(
+    m: int, n: int, k: int, *, rows: int, cols: int, dataflow: str, ifmap_kb: int, filter_kb: int, ofmap_kb: int
+) -> dict:
     """Run SCALE-Sim on one GEMM; returns its per-layer report items by name."""
     _numpy2_compat()
     from scalesim.scale_sim import scalesim
 
     with tempfile.TemporaryDirectory(prefix="scalesim-") as tmp:
         d = Path(tmp)
-        (d / "arch.cfg").write_text(_CFG.format(rows=rows, cols=cols, dataflow=dataflow, ifmap_kb=ifmap_kb,
-                                                filter_kb=filter_kb, ofmap_kb=ofmap_kb))
+        (d / "arch.cfg").write_text(
+            _CFG.format(
+                rows=rows, cols=cols, dataflow=dataflow, ifmap_kb=ifmap_kb, filter_kb=filter_kb, ofmap_kb=ofmap_kb
+            )
+        )
         (d / "gemm.csv").write_text(f"Layer,M,N,K,\nlayer,{m},{n},{k},\n")
         (d / "layout.csv").write_text("Layer name,\n")  # no custom SRAM layout
         with contextlib.redirect_stdout(io.StringIO()):
-            sim = scalesim(save_disk_space=True, verbose=False, config=str(d / "arch.cfg"),
-                           topology=str(d / "gemm.csv"), layout=str(d / "layout.csv"), input_type_gemm=True)
+            sim = scalesim(
+                save_disk_space=True,
+                verbose=False,
+                config=str(d / "arch.cfg"),
+                topology=str(d / "gemm.csv"),
+                layout=str(d / "layout.csv"),
+                input_type_gemm=True,
+            )
             sim.run_scale(top_path=str(d / "out"))
         layer = sim.runner.single_layer_sim_object_list[0]
         overall, compute, stall, util, mapping_eff, compute_util = layer.get_compute_report_items()
         detail = [float(x) for x in layer.get_detail_report_items()]
     return {
-        "overall_cycles": int(overall), "compute_cycles": int(compute), "stall_cycles": int(stall),
-        "utilization_pct": float(util), "mapping_efficiency_pct": float(mapping_eff),
+        "overall_cycles": int(overall),
+        "compute_cycles": int(compute),
+        "stall_cycles": int(stall),
+        "utilization_pct": float(util),
+        "mapping_efficiency_pct": float(mapping_eff),
         "compute_utilization_pct": float(compute_util),
-        "ifmap_sram_reads": detail[2], "filter_sram_reads": detail[5], "ofmap_sram_writes": detail[8],
-        "ifmap_dram_reads": detail[11], "filter_dram_reads": detail[14], "ofmap_dram_writes": detail[17],
+        "ifmap_sram_reads": detail[2],
+        "filter_sram_reads": detail[5],
+        "ofmap_sram_writes": detail[8],
+        "ifmap_dram_reads": detail[11],
+        "filter_dram_reads": detail[14],
+        "ofmap_dram_writes": detail[17],
     }
 
 
@@ -146,8 +164,10 @@ class SimSystolicBackend:
     def __init__(self, hardware: HardwareSpec, source: str = "sim-systolic"):
         cfg = hardware.extra.get("systolic")
         if hardware.kind != "accelerator" or not cfg:
-            raise ValueError(f"hardware {hardware.id!r} is not a systolic accelerator (needs kind: accelerator "
-                             "and a 'systolic' section)")
+            raise ValueError(
+                f"hardware {hardware.id!r} is not a systolic accelerator (needs kind: accelerator "
+                "and a 'systolic' section)"
+            )
         if not hardware.boost_clock_mhz:
             raise ValueError(f"hardware {hardware.id!r}: boost_clock_mhz (the array clock) is required")
         self.hardware, self.source, self.cfg = hardware, source, dict(cfg)
@@ -156,28 +176,50 @@ class SimSystolicBackend:
         import scalesim
 
         c = self.cfg
-        env = environment(simulator="scalesim", scalesim=getattr(scalesim, "__version__", "3.0.0"),
-                          array=f"{c['array_rows']}x{c['array_cols']}", dataflow=c["dataflow"])
+        env = environment(
+            simulator="scalesim",
+            scalesim=getattr(scalesim, "__version__", "3.0.0"),
+            array=f"{c['array_rows']}x{c['array_cols']}",
+            dataflow=c["dataflow"],
+        )
         row = base_row(workload, self.hardware.id, self.name, self.source, env)
         op, dtype = workload["op"], workload["dtype"]
         try:
             p = validate(op, workload["params"], dtype)
             row["flops"], row["bytes"] = count_cost(op, p, dtype)
             m, n, k, reps = gemm_of(op, p)
-            r = simulate_gemm(m, n, k, rows=int(c["array_rows"]), cols=int(c["array_cols"]), dataflow=c["dataflow"],
-                              ifmap_kb=int(c["ifmap_sram_kb"]), filter_kb=int(c["filter_sram_kb"]),
-                              ofmap_kb=int(c["ofmap_sram_kb"]))
+            r = simulate_gemm(
+                m,
+                n,
+                k,
+                rows=int(c["array_rows"]),
+                cols=int(c["array_cols"]),
+                dataflow=c["dataflow"],
+                ifmap_kb=int(c["ifmap_sram_kb"]),
+                filter_kb=int(c["filter_sram_kb"]),
+                ofmap_kb=int(c["ofmap_sram_kb"]),
+            )
             word = float(c.get("word_bytes", 1))
             cycles = r["overall_cycles"] * reps
-            meta = {"gemm_mnk": [m, n, k], "gemm_repeats": reps, "dataflow": c["dataflow"],
-                    "array": [int(c["array_rows"]), int(c["array_cols"])], "word_bytes": word,
-                    **{key: (v * reps if key.endswith(("cycles", "reads", "writes")) else v) for key, v in r.items()},
-                    "sram_bytes": word * reps * (r["ifmap_sram_reads"] + r["filter_sram_reads"] + r["ofmap_sram_writes"]),
-                    "dram_bytes": word * reps * (r["ifmap_dram_reads"] + r["filter_dram_reads"] + r["ofmap_dram_writes"]),
-                    "energy_note": "scalesim 3.0.0 has no energy model; energy_j left empty"}
-            row.update(status="ok", error=None, latency_cycles=float(cycles),
-                       runtime_ms=cycles / (self.hardware.boost_clock_mhz * 1e6) * 1e3, timing_method="simulated",
-                       meta=_dumps(meta))
+            meta = {
+                "gemm_mnk": [m, n, k],
+                "gemm_repeats": reps,
+                "dataflow": c["dataflow"],
+                "array": [int(c["array_rows"]), int(c["array_cols"])],
+                "word_bytes": word,
+                **{key: (v * reps if key.endswith(("cycles", "reads", "writes")) else v) for key, v in r.items()},
+                "sram_bytes": word * reps * (r["ifmap_sram_reads"] + r["filter_sram_reads"] + r["ofmap_sram_writes"]),
+                "dram_bytes": word * reps * (r["ifmap_dram_reads"] + r["filter_dram_reads"] + r["ofmap_dram_writes"]),
+                "energy_note": "scalesim 3.0.0 has no energy model; energy_j left empty",
+            }
+            row.update(
+                status="ok",
+                error=None,
+                latency_cycles=float(cycles),
+                runtime_ms=cycles / (self.hardware.boost_clock_mhz * 1e6) * 1e3,
+                timing_method="simulated",
+                meta=_dumps(meta),
+            )
         except Exception as exc:  # an op the array cannot run, or a simulator failure: an error row
             row.update(status="error", error=f"{type(exc).__name__}: {exc}"[:500], runtime_ms=None)
             row.setdefault("flops", 0.0)

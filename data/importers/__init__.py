@@ -15,11 +15,12 @@ Common rules (see :func:`finish`):
 * ``timestamp`` is the measurement time where the source records one, otherwise the Unix epoch with
   ``meta.timestamp_known = false`` (deterministic: re-importing gives the same dataset hash).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -62,12 +63,20 @@ def require_columns(df: pd.DataFrame, columns: Iterable[str], where: Path | str)
 def _json(d) -> str | None:
     if d is None:
         return None
-    return json.dumps({k: (v.item() if isinstance(v, np.generic) else v) for k, v in d.items()
-                       if not (isinstance(v, float) and v != v)}, sort_keys=True, default=str)
+    return json.dumps(
+        {
+            k: (v.item() if isinstance(v, np.generic) else v)
+            for k, v in d.items()
+            if not (isinstance(v, float) and v != v)
+        },
+        sort_keys=True,
+        default=str,
+    )
 
 
-def finish(df: pd.DataFrame, *, source: str, env: dict, meta: list[dict] | None = None,
-           config: list[dict] | None = None) -> pd.DataFrame:
+def finish(
+    df: pd.DataFrame, *, source: str, env: dict, meta: list[dict] | None = None, config: list[dict] | None = None
+) -> pd.DataFrame:
     """Complete mapped rows into schema rows and validate them.
 
     ``df`` has ``op, dtype, hardware`` and the op's shape columns plus whatever measurements the source has;
@@ -80,8 +89,10 @@ def finish(df: pd.DataFrame, *, source: str, env: dict, meta: list[dict] | None 
             df[p] = None
     shapes = df[list(SHAPE_PARAMS)].to_dict("records")
     # every parameter the op reads, optional ones too (a grouped conv is not costed as a dense one); missing = None
-    keys = [(op, tuple((p, None if pd.isna(row[p]) else row[p]) for p in OPS[op].names), dt)
-            for op, dt, row in zip(df["op"], df["dtype"], shapes)]
+    keys = [
+        (op, tuple((p, None if pd.isna(row[p]) else row[p]) for p in OPS[op].names), dt)
+        for op, dt, row in zip(df["op"], df["dtype"], shapes)
+    ]
     shape = {k: validate_workload(k[0], dict(k[1]), k[2]) for k in dict.fromkeys(keys)}  # defaults dropped
     costs = {k: count_cost(k[0], p, k[2]) for k, p in shape.items()}
     ids = {k: shape_id(k[0], p) for k, p in shape.items()}

@@ -62,6 +62,7 @@ Measured, ``python -m data.importers.deepbench`` (reads the workbooks and NeuSig
   timing (CUDA events around calls vs DeepBench's host-timed mean of a back-to-back loop, older cuBLAS) differ.
   A model trained on both sees this as source-dependent noise of that size on the same GPU.
 """
+
 from __future__ import annotations
 
 import json
@@ -106,9 +107,15 @@ PRECISIONS = {
     "16 bit inputs, 32 bit multiplication, 32 bit addition": ("float16", None),
     "gemm, conv: int8 multiplication, 32 bit accumulation": (None, "int8 (no int8 dtype in data.workloads)"),
 }
-SECTIONS = {"dense matrix multiplication": "gemm", "convolution": "conv", "sparse matrix multiplication": "sparse",
-            "recurrent layers - vanilla": "rnn", "recurrent layers - lstm": "rnn", "recurrent layers - gru": "rnn",
-            "all-reduce": "all-reduce"}
+SECTIONS = {
+    "dense matrix multiplication": "gemm",
+    "convolution": "conv",
+    "sparse matrix multiplication": "sparse",
+    "recurrent layers - vanilla": "rnn",
+    "recurrent layers - lstm": "rnn",
+    "recurrent layers - gru": "rnn",
+    "all-reduce": "all-reduce",
+}
 GEMM_COLS = ("m", "n", "k", "a transpose", "b transpose", "time", "teraflops")
 CONV_COLS = ("w", "h", "c", "n", "k", "s", "r", "pad_w", "pad_h", "horizontal stride", "vertical stride", "forward")
 
@@ -131,14 +138,15 @@ def _num(value) -> float | None:
 class Section:
     kind: str
     title: str
-    row: int                      # 0-based row index of the title
-    columns: dict[str, int]       # canonical header -> column index
+    row: int  # 0-based row index of the title
+    columns: dict[str, int]  # canonical header -> column index
     rows: list[tuple[int, tuple]] = field(default_factory=list)  # (0-based row index, cells) of non-empty rows
 
 
 @dataclass
 class SheetReport:
     """What one results sheet gave: rows imported per op and rows skipped per reason."""
+
     file: str
     sheet: str
     hardware: str
@@ -152,8 +160,9 @@ class SheetReport:
         for (reason, kind), n in sorted(self.skipped.items()):
             by_reason.setdefault(reason, []).append(f"{n} {kind}")
         why = "; ".join(f"{reason}: {', '.join(parts)}" for reason, parts in by_reason.items())
-        return (f"deepbench {self.file} [{self.sheet}] {self.hardware} {self.dtype or '-'}: imported {got}"
-                + (f"; skipped {sum(self.skipped.values())} ({why})" if why else ""))
+        return f"deepbench {self.file} [{self.sheet}] {self.hardware} {self.dtype or '-'}: imported {got}" + (
+            f"; skipped {sum(self.skipped.values())} ({why})" if why else ""
+        )
 
     def skipped_by_reason(self) -> dict[str, int]:
         out: Counter = Counter()
@@ -238,10 +247,20 @@ def _gemm_rows(sec: Section, where: str, report: SheetReport, base: dict):
         notes = [str(v) for c, v in enumerate(cells) if c > 1 and c not in named and isinstance(v, str)]
         row = {**base, "op": "matmul", "m": N, "n": M, "k": K, "runtime_ms": t}
         config = {"transpose_a": int(flags[1] == "T"), "transpose_b": int(flags[0] == "T")}
-        meta = {"file": report.file, "sheet": report.sheet, "row": j + 1, "application": _app(cells),
-                "source_M": M, "source_N": N, "source_K": K, "source_transpose": "".join(flags),
-                "source_teraflops": _num(_cell(cells, col["teraflops"])), "note": "; ".join(notes) or None,
-                "timestamp_known": False, "device_name": base["_device"]}
+        meta = {
+            "file": report.file,
+            "sheet": report.sheet,
+            "row": j + 1,
+            "application": _app(cells),
+            "source_M": M,
+            "source_N": N,
+            "source_K": K,
+            "source_transpose": "".join(flags),
+            "source_teraflops": _num(_cell(cells, col["teraflops"])),
+            "note": "; ".join(notes) or None,
+            "timestamp_known": False,
+            "device_name": base["_device"],
+        }
         report.imported["matmul"] += 1
         yield row, config, meta
 
@@ -263,11 +282,25 @@ def _conv_rows(sec: Section, where: str, report: SheetReport, base: dict):
             report.skipped[(f"no forward time ({v['forward']!r})", "conv")] += 1
             continue
         s = {c: _int(v[c], c, at) for c in CONV_COLS if c != "forward"}
-        reason = ("non-square filter (R != S)" if s["r"] != s["s"] else
-                  "unequal padding (pad_h != pad_w)" if s["pad_h"] != s["pad_w"] else
-                  "unequal strides" if s["horizontal stride"] != s["vertical stride"] else None)
-        shape = {"batch": s["n"], "c_in": s["c"], "c_out": s["k"], "h": s["h"], "w": s["w"], "kernel": s["r"],
-                 "stride": s["vertical stride"], "padding": s["pad_h"]}
+        reason = (
+            "non-square filter (R != S)"
+            if s["r"] != s["s"]
+            else "unequal padding (pad_h != pad_w)"
+            if s["pad_h"] != s["pad_w"]
+            else "unequal strides"
+            if s["horizontal stride"] != s["vertical stride"]
+            else None
+        )
+        shape = {
+            "batch": s["n"],
+            "c_in": s["c"],
+            "c_out": s["k"],
+            "h": s["h"],
+            "w": s["w"],
+            "kernel": s["r"],
+            "stride": s["vertical stride"],
+            "padding": s["pad_h"],
+        }
         if reason is None:
             try:
                 validate("conv2d", shape)
@@ -276,14 +309,24 @@ def _conv_rows(sec: Section, where: str, report: SheetReport, base: dict):
         if reason:
             report.skipped[(reason, "conv")] += 1
             continue
-        bwd = {name: _num(_cell(cells, col.get(src))) for name, src in
-               (("bwd_data_ms", "wrt inputs"), ("bwd_filter_ms", "wrt parameters"))}
-        meta = {"file": report.file, "sheet": report.sheet, "row": j + 1, "application": _app(cells),
-                **{f"source_{k.replace(' ', '_')}": x for k, x in s.items()},
-                "source_P": _num(_cell(cells, col.get("p"))), "source_Q": _num(_cell(cells, col.get("q"))),
-                "source_teraflops": _num(_cell(cells, col.get("fwd teraflops"))),
-                "algorithm": _cell(cells, col.get("forward algorithm")), **bwd,
-                "timestamp_known": False, "device_name": base["_device"]}
+        bwd = {
+            name: _num(_cell(cells, col.get(src)))
+            for name, src in (("bwd_data_ms", "wrt inputs"), ("bwd_filter_ms", "wrt parameters"))
+        }
+        meta = {
+            "file": report.file,
+            "sheet": report.sheet,
+            "row": j + 1,
+            "application": _app(cells),
+            **{f"source_{k.replace(' ', '_')}": x for k, x in s.items()},
+            "source_P": _num(_cell(cells, col.get("p"))),
+            "source_Q": _num(_cell(cells, col.get("q"))),
+            "source_teraflops": _num(_cell(cells, col.get("fwd teraflops"))),
+            "algorithm": _cell(cells, col.get("forward algorithm")),
+            **bwd,
+            "timestamp_known": False,
+            "device_name": base["_device"],
+        }
         report.imported["conv2d"] += 1
         yield {**base, "op": "conv2d", **shape, "runtime_ms": fwd}, None, meta
 
@@ -325,8 +368,10 @@ def read_workbook(path: Path, root: Path, registry: HardwareRegistry) -> tuple[l
         if cpu_reason is None:
             hw_id = DEVICES.get(_name(device))
             if hw_id is None:
-                raise DatasetError(f"{rel}: unknown GPU {device!r} in the Specs sheet; known: "
-                                   f"{', '.join(sorted(set(DEVICES.values())))} (add it to DEVICES and conf/hardware)")
+                raise DatasetError(
+                    f"{rel}: unknown GPU {device!r} in the Specs sheet; known: "
+                    f"{', '.join(sorted(set(DEVICES.values())))} (add it to DEVICES and conf/hardware)"
+                )
             hardware = registry.resolve(hw_id)
         frames, reports = [], []
         for ws in wb.worksheets:
@@ -343,8 +388,11 @@ def read_workbook(path: Path, root: Path, registry: HardwareRegistry) -> tuple[l
             reports.append(report)
             for sec in secs:
                 shape_cols = {"gemm": ("m", "n", "k"), "conv": ("w", "h", "c", "n", "k")}.get(sec.kind)
-                n = sum(1 for _, cells in sec.rows if (_is_data(sec, cells, shape_cols) if shape_cols else
-                                                       any(_num(v) is not None for v in cells)))
+                n = sum(
+                    1
+                    for _, cells in sec.rows
+                    if (_is_data(sec, cells, shape_cols) if shape_cols else any(_num(v) is not None for v in cells))
+                )
                 if cpu_reason or why or sec.kind not in ("gemm", "conv"):
                     report.skipped[(cpu_reason or why or "not a GEMM / convolution", sec.kind)] += n
             if cpu_reason or why:
@@ -357,15 +405,17 @@ def read_workbook(path: Path, root: Path, registry: HardwareRegistry) -> tuple[l
             env = {_env_key(k): v for k, v in specs.items() if k != "GPU Model"}
             env.update(dataset=rel, sheet=ws.title, precision=precision)
             df = pd.DataFrame([r for r, _, _ in out]).drop(columns="_device")
-            frames.append(finish(df, source=SOURCE, env=env, meta=[m for _, _, m in out],
-                                 config=[c for _, c, _ in out]))
+            frames.append(
+                finish(df, source=SOURCE, env=env, meta=[m for _, _, m in out], config=[c for _, c, _ in out])
+            )
         return frames, reports
     finally:
         wb.close()
 
 
-def read_all(root: str | Path | None = None,
-             registry: HardwareRegistry | None = None) -> tuple[pd.DataFrame, list[SheetReport]]:
+def read_all(
+    root: str | Path | None = None, registry: HardwareRegistry | None = None
+) -> tuple[pd.DataFrame, list[SheetReport]]:
     """Every imported row and the per-sheet reports."""
     root = data_root(root)
     registry = registry or HardwareRegistry.from_dir()
@@ -381,8 +431,9 @@ def read_all(root: str | Path | None = None,
     return pd.concat(frames, ignore_index=True), reports
 
 
-def import_deepbench(root: str | Path | None = None, registry: HardwareRegistry | None = None,
-                     verbose: bool = True) -> pd.DataFrame:
+def import_deepbench(
+    root: str | Path | None = None, registry: HardwareRegistry | None = None, verbose: bool = True
+) -> pd.DataFrame:
     """Every GEMM and forward-convolution timing of every workbook as schema rows; prints one summary line per
     results sheet (rows imported, rows skipped and why) unless ``verbose=False``."""
     df, reports = read_all(root, registry)
@@ -393,8 +444,9 @@ def import_deepbench(root: str | Path | None = None, registry: HardwareRegistry 
 
 
 # ------------------------------------------------------------------------- cross-source check
-def cross_check(deepbench: pd.DataFrame, neusight: pd.DataFrame, tolerance: float = 0.2,
-                min_gflop: float = 10.0) -> pd.DataFrame:
+def cross_check(
+    deepbench: pd.DataFrame, neusight: pd.DataFrame, tolerance: float = 0.2, min_gflop: float = 10.0
+) -> pd.DataFrame:
     """DeepBench vs NeuSight float32 GEMMs on the GPU models both measured (P100, V100, T4).
 
     The two sources share no (m, n, k) shape: NeuSight's are random, DeepBench's are multiples of 16/32 from real
@@ -417,8 +469,9 @@ def cross_check(deepbench: pd.DataFrame, neusight: pd.DataFrame, tolerance: floa
         if not len(big):
             return float("nan"), ""
         peaks = {h: registry.get(h).peak_flops("float32") / 1e12 for h in big["hardware"].unique()}
-        return float(pd.Series(tflops(big) / big["hardware"].map(peaks).to_numpy()).quantile(0.9)), \
-            ",".join(sorted(peaks))
+        return float(pd.Series(tflops(big) / big["hardware"].map(peaks).to_numpy()).quantile(0.9)), ",".join(
+            sorted(peaks)
+        )
 
     db = deepbench[(deepbench["dtype"] == "float32") & (deepbench["op"] == "matmul")]
     ns = neusight[(neusight["dtype"] == "float32") & neusight["op"].isin(["linear", "bmm"])]
@@ -436,11 +489,19 @@ def cross_check(deepbench: pd.DataFrame, neusight: pd.DataFrame, tolerance: floa
             if near.any():
                 ratios.append(t / np.median(lin_tflops[near]))
         (db_plateau, db_hw), (ns_plateau, ns_hw) = plateau(d), plateau(n)
-        out.append({"gpu": gpu, "deepbench": db_hw, "neusight": ns_hw, "neighbors": len(ratios),
-                    "ratio_median": float(np.median(ratios)) if ratios else float("nan"),
-                    "ratio_min": float(np.min(ratios)) if ratios else float("nan"),
-                    "ratio_max": float(np.max(ratios)) if ratios else float("nan"),
-                    "db_p90_of_peak": db_plateau, "ns_p90_of_peak": ns_plateau})
+        out.append(
+            {
+                "gpu": gpu,
+                "deepbench": db_hw,
+                "neusight": ns_hw,
+                "neighbors": len(ratios),
+                "ratio_median": float(np.median(ratios)) if ratios else float("nan"),
+                "ratio_min": float(np.min(ratios)) if ratios else float("nan"),
+                "ratio_max": float(np.max(ratios)) if ratios else float("nan"),
+                "db_p90_of_peak": db_plateau,
+                "ns_p90_of_peak": ns_plateau,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -458,10 +519,13 @@ def main(argv: list[str] | None = None) -> int:
     counts = df.groupby(["hardware", "dtype", "op"]).size().unstack(fill_value=0)
     print(f"\n{len(df)} rows on {df['hardware'].nunique()} GPUs:\n{counts.to_string()}")
     from data.importers.neusight import import_neusight
+
     neusight = import_neusight(root, kinds=("bmm", "linear"))
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):
-        print("\nfloat32 GEMMs, DeepBench / NeuSight achieved TFLOP/s on neighbouring shapes (m, n, k within 20%),"
-              "\nand the 90th percentile of achieved / peak FLOP/s over GEMMs >= 10 GFLOP:")
+        print(
+            "\nfloat32 GEMMs, DeepBench / NeuSight achieved TFLOP/s on neighbouring shapes (m, n, k within 20%),"
+            "\nand the 90th percentile of achieved / peak FLOP/s over GEMMs >= 10 GFLOP:"
+        )
         print(cross_check(df, neusight).to_string(index=False))
     return 0
 

@@ -16,6 +16,7 @@ that failed (``time`` is a string such as ``RuntimeFailedConfig``) becomes an er
 GPU: ``device_name`` through the registry aliases; the MI250X cache has an empty name, so the file name is used
 (and it most likely ran on one of the two GCDs; see conf/hardware/MI250X.yaml).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -42,8 +43,17 @@ def _shape(kernel: str, doc: dict, cfg: dict) -> dict:
     fh, fw = int(cfg["filter_height"]), int(cfg["filter_width"])
     if fh != fw:
         raise DatasetError(f"kerneltuner convolution: non-square filter {fh}x{fw}")
-    return {"op": "conv2d", "batch": 1, "c_in": 1, "c_out": 1, "h": int(n_out[0]) + fh - 1,
-            "w": int(n_out[1]) + fw - 1, "kernel": fh, "stride": 1, "padding": 0}
+    return {
+        "op": "conv2d",
+        "batch": 1,
+        "c_in": 1,
+        "c_out": 1,
+        "h": int(n_out[0]) + fh - 1,
+        "w": int(n_out[1]) + fw - 1,
+        "kernel": fh,
+        "stride": 1,
+        "padding": 0,
+    }
 
 
 def load_cache(path: Path) -> dict:
@@ -57,8 +67,12 @@ def load_cache(path: Path) -> dict:
     return doc
 
 
-def import_kerneltuner(root: str | Path | None = None, registry: HardwareRegistry | None = None,
-                       kernels=KERNELS, max_configs_per_file: int | None = None) -> pd.DataFrame:
+def import_kerneltuner(
+    root: str | Path | None = None,
+    registry: HardwareRegistry | None = None,
+    kernels=KERNELS,
+    max_configs_per_file: int | None = None,
+) -> pd.DataFrame:
     root = data_root(root)
     registry = registry or HardwareRegistry.from_dir()
     rows, metas, configs = [], [], []
@@ -74,11 +88,20 @@ def import_kerneltuner(root: str | Path | None = None, registry: HardwareRegistr
             items = list(doc["cache"].items())[:max_configs_per_file]
             for key, entry in items:
                 cfg = {k: entry[k] for k in keys}
-                row = {**_shape(kernel, doc, cfg), "dtype": "float32", "hardware": hw,
-                       "timing_method": "kernel_tuner_mean"}
-                meta = {"file": str(path.relative_to(root)), "config_key": key, "kernel_name": doc.get("kernel_name"),
-                        "device_name": doc.get("device_name"), "runtime_stat": "mean",
-                        **{k: entry[k] for k in _OBSERVED if k in entry}}
+                row = {
+                    **_shape(kernel, doc, cfg),
+                    "dtype": "float32",
+                    "hardware": hw,
+                    "timing_method": "kernel_tuner_mean",
+                }
+                meta = {
+                    "file": str(path.relative_to(root)),
+                    "config_key": key,
+                    "kernel_name": doc.get("kernel_name"),
+                    "device_name": doc.get("device_name"),
+                    "runtime_stat": "mean",
+                    **{k: entry[k] for k in _OBSERVED if k in entry},
+                }
                 if "timestamp" in entry:
                     row["timestamp"] = pd.Timestamp(entry["timestamp"]).tz_convert("UTC")
                 else:
@@ -87,8 +110,9 @@ def import_kerneltuner(root: str | Path | None = None, registry: HardwareRegistr
                 if isinstance(t, (int, float)) and t > 0:
                     times = np.asarray(entry.get("times") or [t], dtype=float)
                     q1, q3 = np.percentile(times, [25, 75])
-                    row.update(status="ok", runtime_ms=float(t), runtime_repeats=len(times),
-                               runtime_iqr_ms=float(q3 - q1))
+                    row.update(
+                        status="ok", runtime_ms=float(t), runtime_repeats=len(times), runtime_iqr_ms=float(q3 - q1)
+                    )
                     meta["runtime_cv"] = float(times.std(ddof=1) / times.mean()) if len(times) > 1 else None
                 else:
                     row.update(status="error", error=f"kernel tuner: {t}", runtime_ms=None)

@@ -15,6 +15,7 @@ Shape conventions of NeuSight -> ours (:mod:`data.workloads`):
 Columns observed by running on the GPU (``Kernel Name, Warps per SM, Blocks per SM, Grid x/y/z,
 Block x/y/z, Kernels``) and the ``large`` flag go to ``meta`` only; software versions go to ``env``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,10 +26,31 @@ from data.hardware import HardwareRegistry
 from data.importers import DatasetError, data_root, finish, need, require_columns
 
 SOURCE = "neusight@6945927"
-OBSERVED = ("Kernel Name", "Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z",
-            "Block x", "Block y", "Block z", "Kernels")
-ELEM_OPS = {"add": "add", "mul": "mul", "div": "div", "pow": "pow", "addu": "add_scalar", "mulu": "mul_scalar",
-            "divu": "div_scalar", "powu": "pow_scalar", "relu": "relu", "gelu": "gelu", "tanh": "tanh"}
+OBSERVED = (
+    "Kernel Name",
+    "Warps per SM",
+    "Blocks per SM",
+    "Grid x",
+    "Grid y",
+    "Grid z",
+    "Block x",
+    "Block y",
+    "Block z",
+    "Kernels",
+)
+ELEM_OPS = {
+    "add": "add",
+    "mul": "mul",
+    "div": "div",
+    "pow": "pow",
+    "addu": "add_scalar",
+    "mulu": "mul_scalar",
+    "divu": "div_scalar",
+    "powu": "pow_scalar",
+    "relu": "relu",
+    "gelu": "gelu",
+    "tanh": "tanh",
+}
 KINDS = ("bmm", "linear", "conv", "elem", "ln", "softmax")
 
 
@@ -40,9 +62,19 @@ def _map_shapes(kind: str, df: pd.DataFrame) -> pd.DataFrame:
     if kind == "linear":
         return pd.DataFrame({"op": "linear", "m": i("B") * i("M"), "k": i("N"), "n": i("K")})
     if kind == "conv":
-        return pd.DataFrame({"op": "conv2d", "batch": i("B"), "c_in": i("Input_Channel"), "c_out": i("Output_Channel"),
-                             "h": i("Input_Size"), "w": i("Input_Size"), "kernel": i("Kernel_Szie"),
-                             "stride": i("Stride"), "padding": i("Padding")})
+        return pd.DataFrame(
+            {
+                "op": "conv2d",
+                "batch": i("B"),
+                "c_in": i("Input_Channel"),
+                "c_out": i("Output_Channel"),
+                "h": i("Input_Size"),
+                "w": i("Input_Size"),
+                "kernel": i("Kernel_Szie"),
+                "stride": i("Stride"),
+                "padding": i("Padding"),
+            }
+        )
     if kind == "elem":
         unknown = sorted(set(df["OPName"]) - set(ELEM_OPS))
         if unknown:
@@ -51,9 +83,14 @@ def _map_shapes(kind: str, df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"op": "layernorm" if kind == "ln" else "softmax", "m": i("B"), "n": i("H")})
 
 
-_SHAPE_COLS = {"bmm": ["B", "M", "N", "K"], "linear": ["B", "M", "N", "K"],
-               "conv": ["B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride", "Padding"],
-               "elem": ["B", "H"], "ln": ["B", "H"], "softmax": ["B", "H"]}
+_SHAPE_COLS = {
+    "bmm": ["B", "M", "N", "K"],
+    "linear": ["B", "M", "N", "K"],
+    "conv": ["B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride", "Padding"],
+    "elem": ["B", "H"],
+    "ln": ["B", "H"],
+    "softmax": ["B", "H"],
+}
 
 
 def files(root: Path, kinds=KINDS) -> list[tuple[str, Path]]:
@@ -70,16 +107,23 @@ def files(root: Path, kinds=KINDS) -> list[tuple[str, Path]]:
     return out
 
 
-def import_neusight(root: str | Path | None = None, registry: HardwareRegistry | None = None,
-                    kinds=KINDS, max_rows_per_file: int | None = None) -> pd.DataFrame:
+def import_neusight(
+    root: str | Path | None = None,
+    registry: HardwareRegistry | None = None,
+    kinds=KINDS,
+    max_rows_per_file: int | None = None,
+) -> pd.DataFrame:
     """All NeuSight training tables as schema rows (``max_rows_per_file``: the first N rows of each file, for tests)."""
     root = data_root(root)
     registry = registry or HardwareRegistry.from_dir()
     frames, metas = [], []
     for kind, path in files(root, kinds):
         src = pd.read_csv(path, nrows=max_rows_per_file)
-        require_columns(src, ["OPName", "Latency", "Device", "Torch Version", "CUDA Version", "CUDNN Version",
-                              *_SHAPE_COLS[kind]], path)
+        require_columns(
+            src,
+            ["OPName", "Latency", "Device", "Torch Version", "CUDA Version", "CUDNN Version", *_SHAPE_COLS[kind]],
+            path,
+        )
         mapped = _map_shapes(kind, src)
         mapped["dtype"] = "float32"
         mapped["hardware"] = [registry.resolve(d) for d in src["Device"]]
@@ -93,8 +137,13 @@ def import_neusight(root: str | Path | None = None, registry: HardwareRegistry |
         records = src[observed].to_dict("records")
         extra = {"linear": lambda j: {"source_B": int(src["B"].iat[j]), "source_M": int(src["M"].iat[j])}}.get(kind)
         for j, rec in enumerate(records):
-            rec.update(file=rel, row=j, timestamp_known=False, source_op=str(src["OPName"].iat[j]),
-                       device_name=str(src["Device"].iat[j]))
+            rec.update(
+                file=rel,
+                row=j,
+                timestamp_known=False,
+                source_op=str(src["OPName"].iat[j]),
+                device_name=str(src["Device"].iat[j]),
+            )
             if extra:
                 rec.update(extra(j))
         metas += records

@@ -11,6 +11,7 @@ featurizer already encodes, and the width is a number a model can interpolate ov
 A failed synthesis (``hls_synth_success`` false) is an error row with no targets: it only teaches feasibility.
 Hardware: the part whose totals the ``Available*_hls`` columns give (xcvu13p, checked on import).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,10 +24,22 @@ from data.importers import DatasetError, data_root, finish, need, require_column
 SOURCE = "wa-hls4ml@8e70542"
 FILES = ("results_resource.csv", "results_latency.csv")
 HARDWARE = "xcvu13p"
-TARGETS = {"LUT_hls": "lut", "FF_hls": "ff", "DSP_hls": "dsp", "BRAM_18K_hls": "bram_18k", "URAM_hls": "uram",
-           "WorstLatency_hls": "latency_cycles", "IntervalMax_hls": "interval_cycles"}
-_AVAILABLE = {"AvailableLUT_hls": "lut", "AvailableFF_hls": "ff", "AvailableDSP_hls": "dsp",
-              "AvailableBRAM_18K_hls": "bram_18k", "AvailableURAM_hls": "uram"}
+TARGETS = {
+    "LUT_hls": "lut",
+    "FF_hls": "ff",
+    "DSP_hls": "dsp",
+    "BRAM_18K_hls": "bram_18k",
+    "URAM_hls": "uram",
+    "WorstLatency_hls": "latency_cycles",
+    "IntervalMax_hls": "interval_cycles",
+}
+_AVAILABLE = {
+    "AvailableLUT_hls": "lut",
+    "AvailableFF_hls": "ff",
+    "AvailableDSP_hls": "dsp",
+    "AvailableBRAM_18K_hls": "bram_18k",
+    "AvailableURAM_hls": "uram",
+}
 _META = ("model_name", "BestLatency_hls", "IntervalMin_hls", "TargetClockPeriod_hls", "EstimatedClockPeriod_hls")
 
 
@@ -39,15 +52,24 @@ def import_wa_hls4ml(root: str | Path | None = None, registry: HardwareRegistry 
     for name in FILES:
         path = need(root / "wa_hls4ml" / name)
         src = pd.read_csv(path)
-        require_columns(src, ["d_in", "d_out", "prec", "rf", "strategy", "hls_synth_success", *TARGETS, *_AVAILABLE], path)
+        require_columns(
+            src, ["d_in", "d_out", "prec", "rf", "strategy", "hls_synth_success", *TARGETS, *_AVAILABLE], path
+        )
         ok = src["hls_synth_success"].astype(str).str.lower() == "true"
         for col, key in _AVAILABLE.items():  # the rows' part must be the registry's part
             seen = set(src.loc[ok, col].dropna().astype(int))
             if seen and seen != {int(totals.get(key, -1))}:
                 raise DatasetError(f"{path}: {col} {sorted(seen)} does not match {HARDWARE} {key}={totals.get(key)}")
         for j, r in enumerate(src.to_dict("records")):
-            row = {"op": "dense", "dtype": "fixed", "m": 1, "k": int(r["d_in"]), "n": int(r["d_out"]),
-                   "hardware": part.id, "timing_method": "vivado_hls_estimate"}
+            row = {
+                "op": "dense",
+                "dtype": "fixed",
+                "m": 1,
+                "k": int(r["d_in"]),
+                "n": int(r["d_out"]),
+                "hardware": part.id,
+                "timing_method": "vivado_hls_estimate",
+            }
             if ok.iat[j]:
                 missing = [c for c in TARGETS if pd.isna(r[c])]
                 if missing:
@@ -56,8 +78,11 @@ def import_wa_hls4ml(root: str | Path | None = None, registry: HardwareRegistry 
             else:
                 row.update(status="error", error="hls synthesis failed (hls_synth_success = False)")
             rows.append(row)
-            configs.append({"precision_bits": int(r["prec"]), "reuse_factor": int(r["rf"]), "strategy": str(r["strategy"])})
-            metas.append({"file": f"wa_hls4ml/{name}", "row": j, "timestamp_known": False,
-                          **{c: r[c] for c in _META if c in r}})
+            configs.append(
+                {"precision_bits": int(r["prec"]), "reuse_factor": int(r["rf"]), "strategy": str(r["strategy"])}
+            )
+            metas.append(
+                {"file": f"wa_hls4ml/{name}", "row": j, "timestamp_known": False, **{c: r[c] for c in _META if c in r}}
+            )
     env = {"dataset": "wa_hls4ml", "tool": "hls4ml + Vivado HLS", "clock_period_ns": 5.0}
     return finish(pd.DataFrame(rows), source=SOURCE, env=env, meta=metas, config=configs)

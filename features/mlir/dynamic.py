@@ -20,10 +20,11 @@ Errors are one line: an unbound dynamic dimension (``%rhs dim 1 is dynamic: bind
 an unknown argument, a dimension out of range, a size that contradicts a static one, sizes the module's verifier
 rejects (e.g. a matmul whose inner sizes then disagree).
 """
+
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from features.tabular import FeatureError
 
@@ -38,8 +39,9 @@ def parse_dim_specs(specs: list[str] | None) -> dict[str, object]:
         key, sep, value = str(spec).partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key or not value:
-            raise FeatureError(f"--dim {spec!r}: expected %arg:dim=size (e.g. %arg0:0=1024) or %arg=shape "
-                               "(e.g. %arg0=1024x512)")
+            raise FeatureError(
+                f"--dim {spec!r}: expected %arg:dim=size (e.g. %arg0:0=1024) or %arg=shape (e.g. %arg0=1024x512)"
+            )
         if ":" in key:
             name, _, dim = key.rpartition(":")
             if not dim.isdigit() or not value.isdigit():
@@ -105,8 +107,8 @@ def _balanced(text: str, start: int) -> str:
         depth += text[i] in "(<[{"
         depth -= text[i] in ")>]}" and not (text[i] == ">" and text[i - 1] == "-")
         if depth == 0:
-            return text[start + 1:i]
-    return text[start + 1:]
+            return text[start + 1 : i]
+    return text[start + 1 :]
 
 
 def _split_top(text: str) -> list[str]:
@@ -151,8 +153,9 @@ def _resolve(key: str, names: list[str], func_name: str, spec: str) -> int:
     raise FeatureError(f"--dim {spec}: no argument {name} in @{func_name} (arguments: {', '.join(names)})")
 
 
-def bound_shapes(arg_shapes: list[tuple[int, ...] | None], names: list[str], dims: Mapping[str, object],
-                 func_name: str) -> list[tuple[int, ...] | None]:
+def bound_shapes(
+    arg_shapes: list[tuple[int, ...] | None], names: list[str], dims: Mapping[str, object], func_name: str
+) -> list[tuple[int, ...] | None]:
     """Per argument, its shape with every bound size filled in (-1 = still dynamic); None for non-tensors."""
     shapes = [list(s) if s is not None else None for s in arg_shapes]
     for key, value in dims.items():
@@ -202,8 +205,9 @@ def _jax_context():
     return ctx
 
 
-def specialise(text: str, dims: Mapping[str, object] | None, where: str = "mlir",
-               stablehlo: bool = False) -> str | None:
+def specialise(
+    text: str, dims: Mapping[str, object] | None, where: str = "mlir", stablehlo: bool = False
+) -> str | None:
     """The module with the entry function's arguments bound to static shapes, sizes propagated; generic form.
 
     Returns None when the entry function has no dynamic dimension and nothing is bound (nothing to do).
@@ -212,20 +216,25 @@ def specialise(text: str, dims: Mapping[str, object] | None, where: str = "mlir"
     if stablehlo:
         ctx = _jax_context()
         if ctx is None:
-            raise FeatureError(f"{where}: binding sizes in StableHLO needs jax (its MLIR has the StableHLO dialect "
-                               "and shape refinement): pip install jax")
+            raise FeatureError(
+                f"{where}: binding sizes in StableHLO needs jax (its MLIR has the StableHLO dialect "
+                "and shape refinement): pip install jax"
+            )
         from jaxlib.mlir import ir, passmanager
+
         pipeline = "builtin.module(stablehlo-refine-shapes,canonicalize)"
     else:
         from torch_mlir import ir, passmanager
 
         from features.mlir.graph import _context
+
         ctx = _context()
         pipeline = "builtin.module(canonicalize)"
     try:
         module = ir.Module.parse(text, ctx)
     except ir.MLIRError as exc:
         from features.mlir.graph import parse_error
+
         raise parse_error(exc, where) from None
     func = entry_function(module)
     if func is None:
@@ -256,6 +265,7 @@ def specialise(text: str, dims: Mapping[str, object] | None, where: str = "mlir"
             arg.set_type(static)
             if not stablehlo:  # enter through a cast back to the dynamic type; canonicalize folds it forward
                 from torch_mlir.dialects import tensor
+
                 with ir.InsertionPoint.at_block_begin(block):
                     cast = tensor.CastOp(old, arg)
                 arg.replace_all_uses_except(cast.result, cast.operation)
@@ -266,8 +276,13 @@ def specialise(text: str, dims: Mapping[str, object] | None, where: str = "mlir"
                 module.operation.verify()
             passmanager.PassManager.parse(pipeline).run(module.operation)
         except ir.MLIRError as exc:
-            msg = " ".join(str(getattr(exc, "error_diagnostics", [exc])[0].message
-                               if getattr(exc, "error_diagnostics", None) else exc).split())
+            msg = " ".join(
+                str(
+                    getattr(exc, "error_diagnostics", [exc])[0].message
+                    if getattr(exc, "error_diagnostics", None)
+                    else exc
+                ).split()
+            )
             raise FeatureError(f"{where}: the bound sizes do not fit the module: {msg[:300]}") from None
     return module.operation.get_asm(print_generic_op_form=True)
 

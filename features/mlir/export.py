@@ -18,6 +18,7 @@ Texts are stored once per distinct workload in a content-addressed folder (:clas
 ``<output_dir>/mlir/<sha256>.mlir``) with an index ``workload key -> sha256`` so a re-run exports
 nothing it already has; :func:`attach_mlir` fills a measurement frame's ``mlir_sha256`` column.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from data.workloads import OPS, SHAPE_PARAMS as _SHAPE, build, validate
+from data.workloads import OPS, build, validate
+from data.workloads import SHAPE_PARAMS as _SHAPE
 from features.mlir.graph import text_sha256
 
 OUTPUT_TYPE = "linalg-on-tensors"
@@ -46,7 +48,7 @@ class _Lifted(torch.nn.Module):
 
     def __init__(self, fn, n_inputs: int):
         super().__init__()
-        object.__setattr__(self, "_fn", fn)   # not a registered submodule: its tensors are not constants
+        object.__setattr__(self, "_fn", fn)  # not a registered submodule: its tensors are not constants
         self.n_inputs = n_inputs
         self.names: list[str] = []
         if isinstance(fn, torch.nn.Module):
@@ -58,7 +60,7 @@ class _Lifted(torch.nn.Module):
         return tuple(p for _, p in self._fn.named_parameters()) + tuple(b for _, b in self._fn.named_buffers())
 
     def forward(self, *args):
-        xs, state = args[:self.n_inputs], args[self.n_inputs:]
+        xs, state = args[: self.n_inputs], args[self.n_inputs :]
         if self.names:
             return torch.func.functional_call(self._fn, dict(zip(self.names, state)), xs)
         return self._fn(*xs)
@@ -128,8 +130,9 @@ def workload_key(op: str, params: dict, dtype: str, method: str = "make_fx") -> 
     return f"{op}|{shape}|{dtype}|{exporter_id(method)}"
 
 
-def attach_mlir(rows: pd.DataFrame, store: MlirStore | str | Path, method: str = "make_fx",
-                progress: bool = False) -> tuple[pd.DataFrame, dict]:
+def attach_mlir(
+    rows: pd.DataFrame, store: MlirStore | str | Path, method: str = "make_fx", progress: bool = False
+) -> tuple[pd.DataFrame, dict]:
     """Export MLIR once per distinct (op, shape, dtype) of ``rows`` and fill ``mlir_sha256``.
 
     A workload the exporter cannot handle keeps a null ``mlir_sha256`` (counted in the stats, never
@@ -140,7 +143,9 @@ def attach_mlir(rows: pd.DataFrame, store: MlirStore | str | Path, method: str =
     store = store if isinstance(store, MlirStore) else MlirStore(store)
     t0 = time.perf_counter()
     keys = []
-    for op, dtype, params in zip(rows["op"], rows["dtype"], rows[[c for c in rows.columns if c in _SHAPE]].to_dict("records")):
+    for op, dtype, params in zip(
+        rows["op"], rows["dtype"], rows[[c for c in rows.columns if c in _SHAPE]].to_dict("records")
+    ):
         try:
             p = validate(str(op), params, str(dtype))
             keys.append((workload_key(str(op), p, str(dtype), method), str(op), p, str(dtype)))
@@ -164,6 +169,3 @@ def attach_mlir(rows: pd.DataFrame, store: MlirStore | str | Path, method: str =
     out["mlir_sha256"] = [store.index.get(k[0]) if k is not None else None for k in keys]
     stats["seconds"] = time.perf_counter() - t0
     return out, stats
-
-
-

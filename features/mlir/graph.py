@@ -22,6 +22,7 @@ which registers the StableHLO dialects (:func:`_stablehlo_to_generic`).
 Malformed text raises :class:`features.tabular.FeatureError` with ``line:column`` of the first error.
 Parsed graphs are cached in memory (LRU) keyed by the sha256 of the text.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,19 +36,41 @@ from features.tabular import FeatureError
 
 # attributes kept per node (values as python ints/lists where the attribute is an integer array,
 # else the attribute's printed form); everything else is dropped
-KEY_ATTRS = ("iterator_types", "indexing_maps", "strides", "dilations", "static_low", "static_high",
-             "permutation", "dimensions", "predicate", "callee",
-             # StableHLO (dot_general, convolution, reduce_window, broadcast_in_dim) and function names
-             "dot_dimension_numbers", "dimension_numbers", "feature_group_count", "batch_group_count",
-             "window_strides", "padding", "lhs_dilation", "rhs_dilation", "window_dimensions", "base_dilations",
-             "window_dilations", "broadcast_dimensions", "call_target_name", "sym_name", "sym_visibility")
+KEY_ATTRS = (
+    "iterator_types",
+    "indexing_maps",
+    "strides",
+    "dilations",
+    "static_low",
+    "static_high",
+    "permutation",
+    "dimensions",
+    "predicate",
+    "callee",
+    # StableHLO (dot_general, convolution, reduce_window, broadcast_in_dim) and function names
+    "dot_dimension_numbers",
+    "dimension_numbers",
+    "feature_group_count",
+    "batch_group_count",
+    "window_strides",
+    "padding",
+    "lhs_dilation",
+    "rhs_dilation",
+    "window_dimensions",
+    "base_dilations",
+    "window_dilations",
+    "broadcast_dimensions",
+    "call_target_name",
+    "sym_name",
+    "sym_visibility",
+)
 
 
 @dataclass(frozen=True)
 class TensorType:
-    elem: str                   # element type as printed: f32, f16, bf16, i8, index, ... ("fixed" for layers)
-    shape: tuple[int, ...]      # () for scalars; -1 for a dynamic dimension
-    bits: int = 0               # element bit width (0 when it has none, e.g. index)
+    elem: str  # element type as printed: f32, f16, bf16, i8, index, ... ("fixed" for layers)
+    shape: tuple[int, ...]  # () for scalars; -1 for a dynamic dimension
+    bits: int = 0  # element bit width (0 when it has none, e.g. index)
 
     @property
     def numel(self) -> int:
@@ -64,7 +87,7 @@ class OpNode:
     dialect: str
     results: list[TensorType]
     operands: list[TensorType]
-    operand_defs: list[int]     # defining node of each operand, -1 for block arguments
+    operand_defs: list[int]  # defining node of each operand, -1 for block arguments
     attrs: dict = field(default_factory=dict)
     iterator_types: tuple[str, ...] = ()
     n_regions: int = 0
@@ -120,7 +143,7 @@ def _type_info(t) -> TensorType:
 
 def _attr_value(attr):
     try:
-        return [int(x) for x in attr]           # DenseI64ArrayAttr, ArrayAttr of IntegerAttr
+        return [int(x) for x in attr]  # DenseI64ArrayAttr, ArrayAttr of IntegerAttr
     except (TypeError, ValueError):
         pass
     try:
@@ -131,8 +154,8 @@ def _attr_value(attr):
 
 def _location(diag) -> str:
     """``"-":6:23`` (a FileLineColLoc's printed form) -> ``6:23``."""
-    text = str(diag.location)          # loc("-":6:23)
-    inner = text[text.find("(") + 1:text.rfind(")")]
+    text = str(diag.location)  # loc("-":6:23)
+    inner = text[text.find("(") + 1 : text.rfind(")")]
     parts = inner.rsplit(":", 2)
     return f"{parts[1]}:{parts[2]}" if len(parts) == 3 and parts[1].isdigit() else inner
 
@@ -174,8 +197,21 @@ def _build(module, sha: str) -> OpGraph:
             defs.append(src)
             if src >= 0:
                 edges.append((src, i))
-        nodes.append(OpNode(i, name, name.split(".", 1)[0] if "." in name else "", [_type_info(r.type) for r in op.results],
-                            [_type_info(v.type) for v in op.operands], defs, attrs, iters, len(op.regions), parent, depth))
+        nodes.append(
+            OpNode(
+                i,
+                name,
+                name.split(".", 1)[0] if "." in name else "",
+                [_type_info(r.type) for r in op.results],
+                [_type_info(v.type) for v in op.operands],
+                defs,
+                attrs,
+                iters,
+                len(op.regions),
+                parent,
+                depth,
+            )
+        )
         for region in op.regions:
             for block in region.blocks:
                 for child in block.operations:
@@ -227,9 +263,11 @@ def _stablehlo_to_generic(text: str, exc) -> str | None:
         from jax._src.interpreters import mlir as jax_mlir
         from jaxlib.mlir import ir as jir
     except ImportError:
-        raise FeatureError(f"mlir:{_location(diags[0]) if diags else '?'}: pretty-form {missing[1]} needs jax "
-                           "(its MLIR registers the StableHLO dialects): pip install jax, or give the generic op "
-                           "form") from None
+        raise FeatureError(
+            f"mlir:{_location(diags[0]) if diags else '?'}: pretty-form {missing[1]} needs jax "
+            "(its MLIR registers the StableHLO dialects): pip install jax, or give the generic op "
+            "form"
+        ) from None
     ctx = getattr(_LOCAL, "jax_ctx", None)
     if ctx is None:
         ctx = _LOCAL.jax_ctx = jax_mlir.make_ir_context()
@@ -257,8 +295,10 @@ def _from_bytecode(data: bytes, where: str) -> str:
         from jaxlib.mlir import ir as jir
         from jaxlib.mlir.dialects import stablehlo
     except ImportError:
-        raise FeatureError(f"{where}: MLIR bytecode that is not upstream MLIR (a StableHLO portable artifact?) needs "
-                           "jax to read: pip install jax, or give the text form") from None
+        raise FeatureError(
+            f"{where}: MLIR bytecode that is not upstream MLIR (a StableHLO portable artifact?) needs "
+            "jax to read: pip install jax, or give the text form"
+        ) from None
     ctx = jax_mlir.make_ir_context()
     try:
         return stablehlo.deserialize_portable_artifact(ctx, data).operation.get_asm(print_generic_op_form=True)
@@ -274,9 +314,11 @@ def decode_mlir(data: bytes, where: str = "mlir") -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise FeatureError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}, line "
-                           f"{line}): MLIR files are UTF-8") from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise FeatureError(
+            f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}, line "
+            f"{line}): MLIR files are UTF-8"
+        ) from None
 
 
 def parse_mlir(text: str, where: str = "mlir") -> OpGraph:
@@ -290,7 +332,7 @@ def parse_mlir(text: str, where: str = "mlir") -> OpGraph:
         return _parse_cached(text_sha256(text), text)
     except FeatureError as exc:
         msg = str(exc)
-        raise FeatureError(where + msg[len("mlir"):] if msg.startswith("mlir") else msg) from None
+        raise FeatureError(where + msg[len("mlir") :] if msg.startswith("mlir") else msg) from None
 
 
 def to_generic(text: str) -> str:
@@ -322,16 +364,27 @@ def from_layers(layers: list[dict], where: str = "layers") -> OpGraph:
             d_in, d_out = int(layer["d_in"]), int(layer["d_out"])
         except (KeyError, TypeError, ValueError):
             raise FeatureError(f"{where}[{i}]: a layer needs integer d_in and d_out") from None
-        get = {k: next((layer[a] for a in alias if a in layer and layer[a] is not None), None)
-               for k, alias in LAYER_KEYS.items()}
+        get = {
+            k: next((layer[a] for a in alias if a in layer and layer[a] is not None), None)
+            for k, alias in LAYER_KEYS.items()
+        }
         bits = int(get["precision"]) if get["precision"] is not None else 32
         elem = "fixed" if get["precision"] is not None else "f32"
         attrs = {"reuse_factor": int(get["reuse_factor"] or 1)}
         if layer.get("strategy") is not None:
             attrs["strategy"] = str(layer["strategy"]).lower()
         op = str(layer.get("op", layer.get("type", "dense"))).lower()
-        nodes.append(OpNode(i, f"layer.{op}", "layer", [TensorType(elem, (d_out,), bits)],
-                            [TensorType(elem, (d_in,), bits)], [i - 1], attrs))
+        nodes.append(
+            OpNode(
+                i,
+                f"layer.{op}",
+                "layer",
+                [TensorType(elem, (d_out,), bits)],
+                [TensorType(elem, (d_in,), bits)],
+                [i - 1],
+                attrs,
+            )
+        )
         if i:
             edges.append((i - 1, i))
     return OpGraph(nodes, edges, text_sha256(repr(layers)))
@@ -339,20 +392,76 @@ def from_layers(layers: list[dict], where: str = "layers") -> OpGraph:
 
 # --------------------------------------------------------------------------- analytic per-node cost
 # Coarse op classes that transfer across op names (a conv never seen in training is still a contraction).
-OP_CLASSES: tuple[str, ...] = ("contraction", "elementwise", "reduction", "data_movement", "fill",
-                               "view_constant", "scalar_body", "control")
-_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.matvec", "linalg.batch_matvec", "linalg.dot",
-                 "linalg.vecmat", "linalg.batch_vecmat", "linalg.matmul_transpose_a", "linalg.matmul_transpose_b",
-                 "linalg.batch_matmul_transpose_a", "linalg.batch_matmul_transpose_b", "tosa.matmul", "tosa.conv2d",
-                 "stablehlo.dot_general", "stablehlo.convolution", "layer.dense", "layer.conv1d", "layer.conv2d")
-_VIEWS = ("arith.constant", "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape", "tensor.cast",
-          "tensor.reshape", "tosa.reshape", "tosa.const", "stablehlo.reshape", "stablehlo.constant",
-          "ml_program.global", "ml_program.global_load", "tensor.extract")
-_MOVES = ("linalg.transpose", "linalg.broadcast", "linalg.copy", "tensor.pad", "tensor.extract_slice",
-          "tensor.insert_slice", "tensor.concat", "tosa.transpose", "stablehlo.transpose", "stablehlo.broadcast_in_dim")
+OP_CLASSES: tuple[str, ...] = (
+    "contraction",
+    "elementwise",
+    "reduction",
+    "data_movement",
+    "fill",
+    "view_constant",
+    "scalar_body",
+    "control",
+)
+_CONTRACTIONS = (
+    "linalg.matmul",
+    "linalg.batch_matmul",
+    "linalg.matvec",
+    "linalg.batch_matvec",
+    "linalg.dot",
+    "linalg.vecmat",
+    "linalg.batch_vecmat",
+    "linalg.matmul_transpose_a",
+    "linalg.matmul_transpose_b",
+    "linalg.batch_matmul_transpose_a",
+    "linalg.batch_matmul_transpose_b",
+    "tosa.matmul",
+    "tosa.conv2d",
+    "stablehlo.dot_general",
+    "stablehlo.convolution",
+    "layer.dense",
+    "layer.conv1d",
+    "layer.conv2d",
+)
+_VIEWS = (
+    "arith.constant",
+    "tensor.empty",
+    "tensor.expand_shape",
+    "tensor.collapse_shape",
+    "tensor.cast",
+    "tensor.reshape",
+    "tosa.reshape",
+    "tosa.const",
+    "stablehlo.reshape",
+    "stablehlo.constant",
+    "ml_program.global",
+    "ml_program.global_load",
+    "tensor.extract",
+)
+_MOVES = (
+    "linalg.transpose",
+    "linalg.broadcast",
+    "linalg.copy",
+    "tensor.pad",
+    "tensor.extract_slice",
+    "tensor.insert_slice",
+    "tensor.concat",
+    "tosa.transpose",
+    "stablehlo.transpose",
+    "stablehlo.broadcast_in_dim",
+)
 _REDUCTIONS = ("linalg.reduce", "linalg.softmax", "tosa.reduce_sum", "tosa.reduce_max", "stablehlo.reduce")
-_CONTROL = ("func.func", "func.return", "func.call", "scf.for", "scf.if", "scf.yield", "linalg.yield",
-            "tensor.yield", "stablehlo.return", "linalg.index")
+_CONTROL = (
+    "func.func",
+    "func.return",
+    "func.call",
+    "scf.for",
+    "scf.if",
+    "scf.yield",
+    "linalg.yield",
+    "tensor.yield",
+    "stablehlo.return",
+    "linalg.index",
+)
 # body ops that are not arithmetic (they move or index values, they compute nothing)
 _NOT_ARITH = ("arith.constant", "arith.index_cast", "arith.extf", "arith.truncf", "arith.sitofp", "arith.fptosi")
 
@@ -360,17 +469,18 @@ _NOT_ARITH = ("arith.constant", "arith.index_cast", "arith.extf", "arith.truncf"
 @dataclass(frozen=True)
 class NodeCost:
     """Analytic quantities of one node (0 for ops that launch no work)."""
+
     op_class: str
-    iterations: float   # iteration-space size (product of the loop extents)
-    flops: float        # iterations x arithmetic ops in the body
-    bytes: float        # operand + result numel x element bytes (0 for views, constants and body ops)
+    iterations: float  # iteration-space size (product of the loop extents)
+    flops: float  # iterations x arithmetic ops in the body
+    bytes: float  # operand + result numel x element bytes (0 for views, constants and body ops)
 
 
 def _map_results(text: str) -> tuple[list[str], list[str]]:
     """``affine_map<(d0, d1)[s0] -> (d0, 0)>`` -> (dims ``[d0, d1]``, results ``[d0, 0]``)."""
-    body = text[text.find("<") + 1:text.rfind(">")]
+    body = text[text.find("<") + 1 : text.rfind(">")]
     lhs, _, rhs = body.partition("->")
-    dims = lhs[lhs.find("(") + 1:lhs.find(")")]
+    dims = lhs[lhs.find("(") + 1 : lhs.find(")")]
     res = rhs.strip()[1:-1]
     split = lambda s: [p.strip() for p in s.split(",") if p.strip()]  # noqa: E731 (no nested commas in results)
     return split(dims), split(res)
@@ -557,4 +667,3 @@ def launch_kernels(g: OpGraph, fusion: bool = False) -> list[float]:
             if len(cons) == 1 and classes[next(iter(cons))] == "contraction":
                 kernel[i] = 0.0
     return kernel
-

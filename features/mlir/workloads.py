@@ -1,7 +1,8 @@
 """MLIR in -> workload descriptions the tabular cost model understands (op + shape columns).
 
 The ops of the entry function (``@main``, else the only public function, else the first; of each module when a
-text holds several; a ``func.call`` is expanded into its callee's ops, once per call) are matched against the conventions of ``data.workloads``.
+text holds several; a ``func.call`` is expanded into its callee's ops, once per call) are matched against the
+conventions of ``data.workloads``.
 
 linalg (torch-mlir's linalg-on-tensors, IREE-style files):
 
@@ -51,13 +52,14 @@ convolution are no kernels of their own. Every other op of the function is *unma
 ``frame.attrs["unmapped"]`` and one warning line, never dropped silently. Dynamic dimensions are bound with
 ``dims`` (:mod:`features.mlir.dynamic`).
 """
+
 from __future__ import annotations
 
 import math
 import re
 import warnings
 from collections import Counter
-from typing import Mapping
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -66,42 +68,162 @@ from features.mlir.graph import OpGraph, OpNode, parse_mlir
 from features.tabular import FeatureError
 
 ELEM_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-CAST_OPS = {"arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui",
-            "arith.extsi", "arith.extui", "arith.trunci", "arith.bitcast", "linalg.yield"}
+CAST_OPS = {
+    "arith.extf",
+    "arith.truncf",
+    "arith.sitofp",
+    "arith.uitofp",
+    "arith.fptosi",
+    "arith.fptoui",
+    "arith.extsi",
+    "arith.extui",
+    "arith.trunci",
+    "arith.bitcast",
+    "linalg.yield",
+}
 # ops that launch nothing of their own: constants, shape bookkeeping, views, fused producers
-FREE = {"arith.constant", "tensor.empty", "tensor.dim", "tensor.cast", "tensor.expand_shape", "tensor.collapse_shape",
-        "tensor.reshape", "tensor.extract", "tensor.extract_slice", "tensor.from_elements", "tensor.bitcast",
-        "linalg.fill", "linalg.broadcast", "linalg.index", "affine.apply", "func.return", "ml_program.global_load",
-        "ml_program.global", "stablehlo.constant", "stablehlo.reshape", "stablehlo.broadcast_in_dim",
-        "stablehlo.iota", "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.get_tuple_element",
-        "stablehlo.tuple", "stablehlo.optimization_barrier", "stablehlo.bitcast_convert", "stablehlo.return",
-        "stablehlo.dynamic_broadcast_in_dim", "stablehlo.dynamic_reshape", "stablehlo.get_dimension_size",
-        "stablehlo.broadcast", "chlo.constant", "chlo.constant_like", "shape.shape_of", "tosa.const", "tosa.reshape"}
+FREE = {
+    "arith.constant",
+    "tensor.empty",
+    "tensor.dim",
+    "tensor.cast",
+    "tensor.expand_shape",
+    "tensor.collapse_shape",
+    "tensor.reshape",
+    "tensor.extract",
+    "tensor.extract_slice",
+    "tensor.from_elements",
+    "tensor.bitcast",
+    "linalg.fill",
+    "linalg.broadcast",
+    "linalg.index",
+    "affine.apply",
+    "func.return",
+    "ml_program.global_load",
+    "ml_program.global",
+    "stablehlo.constant",
+    "stablehlo.reshape",
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.iota",
+    "stablehlo.slice",
+    "stablehlo.dynamic_slice",
+    "stablehlo.get_tuple_element",
+    "stablehlo.tuple",
+    "stablehlo.optimization_barrier",
+    "stablehlo.bitcast_convert",
+    "stablehlo.return",
+    "stablehlo.dynamic_broadcast_in_dim",
+    "stablehlo.dynamic_reshape",
+    "stablehlo.get_dimension_size",
+    "stablehlo.broadcast",
+    "chlo.constant",
+    "chlo.constant_like",
+    "shape.shape_of",
+    "tosa.const",
+    "tosa.reshape",
+}
 CONV_LAYOUTS = {  # linalg conv name -> (input layout, filter layout); g = groups
-    "linalg.conv_2d_nchw_fchw": ("nchw", "fchw"), "linalg.conv_2d_nhwc_hwcf": ("nhwc", "hwcf"),
-    "linalg.conv_2d_nhwc_fhwc": ("nhwc", "fhwc"), "linalg.conv_2d_ngchw_gfchw": ("ngchw", "gfchw"),
-    "linalg.conv_2d_ngchw_fgchw": ("ngchw", "fgchw"), "linalg.depthwise_conv_2d_nchw_chw": ("nchw", "chw"),
+    "linalg.conv_2d_nchw_fchw": ("nchw", "fchw"),
+    "linalg.conv_2d_nhwc_hwcf": ("nhwc", "hwcf"),
+    "linalg.conv_2d_nhwc_fhwc": ("nhwc", "fhwc"),
+    "linalg.conv_2d_ngchw_gfchw": ("ngchw", "gfchw"),
+    "linalg.conv_2d_ngchw_fgchw": ("ngchw", "fgchw"),
+    "linalg.depthwise_conv_2d_nchw_chw": ("nchw", "chw"),
     "linalg.depthwise_conv_2d_nhwc_hwc": ("nhwc", "hwc"),
 }
-POOLS = {"linalg.pooling_nchw_max": ("nchw", "max_pool2d"), "linalg.pooling_nhwc_max": ("nhwc", "max_pool2d"),
-         "linalg.pooling_nchw_sum": ("nchw", "avg_pool2d"), "linalg.pooling_nhwc_sum": ("nhwc", "avg_pool2d")}
+POOLS = {
+    "linalg.pooling_nchw_max": ("nchw", "max_pool2d"),
+    "linalg.pooling_nhwc_max": ("nhwc", "max_pool2d"),
+    "linalg.pooling_nchw_sum": ("nchw", "avg_pool2d"),
+    "linalg.pooling_nhwc_sum": ("nhwc", "avg_pool2d"),
+}
 HLO_BINARY = {"add": "add", "subtract": "add", "multiply": "mul", "divide": "div", "power": "pow"}
 HLO_UNARY = {"tanh": "tanh", "logistic": "sigmoid"}
 HLO_ELEMENTWISE = {  # stablehlo / chlo ops computed element by element
-    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "complex", "cosine", "divide",
-    "exponential", "exponential_minus_one", "floor", "imag", "is_finite", "log", "log_plus_one", "logistic",
-    "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt", "power", "real", "remainder",
-    "round_nearest_afz", "round_nearest_even", "rsqrt", "select", "shift_left", "shift_right_arithmetic",
-    "shift_right_logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor", "erf", "erf_inv", "erfc",
-    "lgamma", "digamma", "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "is_inf",
-    "is_neg_inf", "is_pos_inf", "next_after", "polygamma", "zeta", "square",
+    "abs",
+    "add",
+    "and",
+    "atan2",
+    "cbrt",
+    "ceil",
+    "clamp",
+    "compare",
+    "complex",
+    "cosine",
+    "divide",
+    "exponential",
+    "exponential_minus_one",
+    "floor",
+    "imag",
+    "is_finite",
+    "log",
+    "log_plus_one",
+    "logistic",
+    "maximum",
+    "minimum",
+    "multiply",
+    "negate",
+    "not",
+    "or",
+    "popcnt",
+    "power",
+    "real",
+    "remainder",
+    "round_nearest_afz",
+    "round_nearest_even",
+    "rsqrt",
+    "select",
+    "shift_left",
+    "shift_right_arithmetic",
+    "shift_right_logical",
+    "sign",
+    "sine",
+    "sqrt",
+    "subtract",
+    "tan",
+    "tanh",
+    "xor",
+    "erf",
+    "erf_inv",
+    "erfc",
+    "lgamma",
+    "digamma",
+    "acos",
+    "acosh",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
+    "cosh",
+    "sinh",
+    "is_inf",
+    "is_neg_inf",
+    "is_pos_inf",
+    "next_after",
+    "polygamma",
+    "zeta",
+    "square",
 }
 HLO_COPIES = {"concatenate", "pad", "gather", "reverse", "convert", "dynamic_gather", "torch_index_select"}
 HLO_WRITES = {"scatter": 2, "dynamic_update_slice": 1}  # op -> operand index of what it writes
-NO_OP_TARGETS = {"shape_assertion", "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
-                 "annotate_device_placement", "MoveToHost", "MoveToDevice"}  # custom_call targets that compute nothing
-FUSED_PRODUCERS = {"stablehlo.broadcast_in_dim", "stablehlo.constant", "stablehlo.iota",
-                   "stablehlo.dynamic_broadcast_in_dim", "stablehlo.broadcast", "chlo.constant", "chlo.constant_like"}
+NO_OP_TARGETS = {
+    "shape_assertion",
+    "Sharding",
+    "SPMDFullToShardShape",
+    "SPMDShardToFullShape",
+    "annotate_device_placement",
+    "MoveToHost",
+    "MoveToDevice",
+}  # custom_call targets that compute nothing
+FUSED_PRODUCERS = {
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.constant",
+    "stablehlo.iota",
+    "stablehlo.dynamic_broadcast_in_dim",
+    "stablehlo.broadcast",
+    "chlo.constant",
+    "chlo.constant_like",
+}
 
 
 def _body(g: OpGraph, node: OpNode) -> list[str]:
@@ -169,8 +291,13 @@ def _conv(g: OpGraph, n: OpNode) -> dict | str | None:
     strides = n.attrs.get("strides", [1, 1])
     dil = n.attrs.get("dilations", [1, 1])
     in_layout, f_layout = CONV_LAYOUTS[n.name]
-    if len(x) != len(in_layout) or len(f) != len(f_layout) or not isinstance(strides, list) \
-            or len(set(strides)) != 1 or (isinstance(dil, list) and len(set(dil)) != 1):
+    if (
+        len(x) != len(in_layout)
+        or len(f) != len(f_layout)
+        or not isinstance(strides, list)
+        or len(set(strides)) != 1
+        or (isinstance(dil, list) and len(set(dil)) != 1)
+    ):
         return None
     kh, kw = f[f_layout.index("h")], f[f_layout.index("w")]
     if kh != kw:
@@ -194,8 +321,19 @@ def _conv(g: OpGraph, n: OpNode) -> dict | str | None:
             groups, c_out = c_in, c_in
         else:
             groups, c_out = 1, f[f_layout.index("f")]
-    return {"op": "conv2d", "batch": batch, "c_in": c_in, "c_out": c_out, "h": h, "w": w, "kernel": kh,
-            "stride": strides[0], "padding": pad, "groups": groups, "dilation": dilation}
+    return {
+        "op": "conv2d",
+        "batch": batch,
+        "c_in": c_in,
+        "c_out": c_out,
+        "h": h,
+        "w": w,
+        "kernel": kh,
+        "stride": strides[0],
+        "padding": pad,
+        "groups": groups,
+        "dilation": dilation,
+    }
 
 
 def _pool(g: OpGraph, n: OpNode) -> dict | str | None:
@@ -208,9 +346,16 @@ def _pool(g: OpGraph, n: OpNode) -> dict | str | None:
     if window[0] != window[1] or (isinstance(dil, list) and set(dil) != {1}):
         return f"window {window[0]}x{window[1]}, dilations {dil}"
     shape, pad = _unpadded(g, n, layout, x)
-    return {"op": op, "batch": shape[layout.index("n")], "c_in": shape[layout.index("c")],
-            "h": shape[layout.index("h")], "w": shape[layout.index("w")], "kernel": window[0],
-            "stride": strides[0], "padding": pad}
+    return {
+        "op": op,
+        "batch": shape[layout.index("n")],
+        "c_in": shape[layout.index("c")],
+        "h": shape[layout.index("h")],
+        "w": shape[layout.index("w")],
+        "kernel": window[0],
+        "stride": strides[0],
+        "padding": pad,
+    }
 
 
 def _reduction_kind(g: OpGraph, n: OpNode) -> str | None:
@@ -218,8 +363,19 @@ def _reduction_kind(g: OpGraph, n: OpNode) -> str | None:
     body = set(_body(g, n))
     if {"arith.mulf", "arith.addf"} <= body or {"arith.muli", "arith.addi"} <= body:
         return None
-    if body & {"arith.maximumf", "arith.maxnumf", "arith.minimumf", "arith.minnumf", "arith.cmpf", "arith.cmpi",
-               "arith.maxsi", "arith.minsi", "stablehlo.maximum", "stablehlo.minimum", "stablehlo.compare"}:
+    if body & {
+        "arith.maximumf",
+        "arith.maxnumf",
+        "arith.minimumf",
+        "arith.minnumf",
+        "arith.cmpf",
+        "arith.cmpi",
+        "arith.maxsi",
+        "arith.minsi",
+        "stablehlo.maximum",
+        "stablehlo.minimum",
+        "stablehlo.compare",
+    }:
         return "max"
     return "sum"
 
@@ -255,19 +411,32 @@ def _feeds_only(g: OpGraph, i: int, targets: tuple[str, ...], through: set[str])
 
 
 # ------------------------------------------------------------------------------------------------ linalg
-LINALG_GEMMS = ("linalg.matmul", "linalg.matmul_transpose_b", "linalg.batch_matmul", "linalg.batch_matmul_transpose_b",
-                "linalg.matvec")
+LINALG_GEMMS = (
+    "linalg.matmul",
+    "linalg.matmul_transpose_b",
+    "linalg.batch_matmul",
+    "linalg.batch_matmul_transpose_b",
+    "linalg.matvec",
+)
 VIEWS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast", "tensor.reshape"}
 
 
 def _linalg(g: OpGraph, n: OpNode, shapes: list) -> dict | str | None:  # noqa: C901 - one table
     name = n.name
-    if name in ("linalg.matmul", "linalg.matmul_transpose_b") and len(shapes) >= 2 and len(shapes[0]) == 2 \
-            and len(shapes[1]) == 2:
+    if (
+        name in ("linalg.matmul", "linalg.matmul_transpose_b")
+        and len(shapes) >= 2
+        and len(shapes[0]) == 2
+        and len(shapes[1]) == 2
+    ):
         (m, k), nn = shapes[0], (shapes[1][1] if name == "linalg.matmul" else shapes[1][0])
         return {"op": "matmul", "m": m, "n": nn, "k": k}
-    if name in ("linalg.batch_matmul", "linalg.batch_matmul_transpose_b") and len(shapes) >= 2 \
-            and len(shapes[0]) == 3 and len(shapes[1]) == 3:
+    if (
+        name in ("linalg.batch_matmul", "linalg.batch_matmul_transpose_b")
+        and len(shapes) >= 2
+        and len(shapes[0]) == 3
+        and len(shapes[1]) == 3
+    ):
         (b, m, k), nn = shapes[0], (shapes[1][2] if name == "linalg.batch_matmul" else shapes[1][1])
         return {"op": "bmm", "batch": b, "m": m, "n": nn, "k": k}
     if name == "linalg.matvec" and len(shapes) >= 2 and len(shapes[0]) == 2:
@@ -284,9 +453,15 @@ def _linalg(g: OpGraph, n: OpNode, shapes: list) -> dict | str | None:  # noqa: 
             return "multiply-accumulate generic"
         m = max(n.results[0].numel if n.results else 1, 1)
         return {"op": kind, "m": m, "n": max(n.operands[0].numel // m, 1)}
-    if (name == "linalg.generic" and n.iterator_types and set(n.iterator_types) == {"parallel"}
-            and not _is_cast(g, n) and n.results and n.results[0].shape):
-        n_in = sum(1 for t in n.operands[:len(n.operands) - len(n.results)] if t.shape)
+    if (
+        name == "linalg.generic"
+        and n.iterator_types
+        and set(n.iterator_types) == {"parallel"}
+        and not _is_cast(g, n)
+        and n.results
+        and n.results[0].shape
+    ):
+        n_in = sum(1 for t in n.operands[: len(n.operands) - len(n.results)] if t.shape)
         shape = n.results[0].shape
         return {"op": "add" if n_in >= 2 else "gelu", "m": math.prod(shape[:-1]), "n": shape[-1]}
     if name == "linalg.transpose":
@@ -335,6 +510,7 @@ def _conv_layout(text: str) -> tuple[list[str], list[str], list[str]] | None:
     found = re.findall(r"(\w+_spatial_dimensions)\s*=\s*\[([^\]]*)\]", text)
     spatial = {k: [int(v) for v in vs.split(",")] for k, vs in found}
     try:
+
         def layout(rank, named, spatial_dims):
             out = ["?"] * rank
             for label, i in named.items():
@@ -342,12 +518,16 @@ def _conv_layout(text: str) -> tuple[list[str], list[str], list[str]] | None:
             for j, i in enumerate(spatial_dims):
                 out[i] = str(j)
             return out
+
         s_in, s_k, s_out = (spatial[f"{p}_spatial_dimensions"] for p in ("input", "kernel", "output"))
         rank = len(s_in) + 2
-        return (layout(rank, {"b": raw["input_batch_dimension"], "f": raw["input_feature_dimension"]}, s_in),
-                layout(rank, {"i": raw["kernel_input_feature_dimension"],
-                              "o": raw["kernel_output_feature_dimension"]}, s_k),
-                layout(rank, {"b": raw["output_batch_dimension"], "f": raw["output_feature_dimension"]}, s_out))
+        return (
+            layout(rank, {"b": raw["input_batch_dimension"], "f": raw["input_feature_dimension"]}, s_in),
+            layout(
+                rank, {"i": raw["kernel_input_feature_dimension"], "o": raw["kernel_output_feature_dimension"]}, s_k
+            ),
+            layout(rank, {"b": raw["output_batch_dimension"], "f": raw["output_feature_dimension"]}, s_out),
+        )
     except (KeyError, IndexError):
         return None
 
@@ -387,9 +567,19 @@ def _convolution(n: OpNode) -> dict | str | None:
         return f"kernel {kh}x{kw}, strides {strides}, dilation {dil}"
     (h, w), pad = _square_padding([x[lin.index("0")], x[lin.index("1")]], _pairs(n.attrs.get("padding"), 2))
     groups = _int(n.attrs.get("feature_group_count"), 1)
-    return {"op": "conv2d", "batch": x[lin.index("b")], "c_in": x[lin.index("f")], "c_out": f[ker.index("o")],
-            "h": h, "w": w, "kernel": kh, "stride": strides[0], "padding": pad, "groups": groups,
-            "dilation": dil[0]}
+    return {
+        "op": "conv2d",
+        "batch": x[lin.index("b")],
+        "c_in": x[lin.index("f")],
+        "c_out": f[ker.index("o")],
+        "h": h,
+        "w": w,
+        "kernel": kh,
+        "stride": strides[0],
+        "padding": pad,
+        "groups": groups,
+        "dilation": dil[0],
+    }
 
 
 def _reduce_window(g: OpGraph, n: OpNode) -> dict | str | None:
@@ -400,15 +590,26 @@ def _reduce_window(g: OpGraph, n: OpNode) -> dict | str | None:
         return None
     spatial = [i for i, (w, s) in enumerate(zip(window, strides)) if w > 1 or s > 1]
     kind = _reduction_kind(g, n)
-    if len(spatial) != 2 or len({window[i] for i in spatial}) != 1 or len({strides[i] for i in spatial}) != 1 \
-            or any(v != 1 for v in (n.attrs.get("base_dilations") or [1]) + (n.attrs.get("window_dilations") or [1])):
+    if (
+        len(spatial) != 2
+        or len({window[i] for i in spatial}) != 1
+        or len({strides[i] for i in spatial}) != 1
+        or any(v != 1 for v in (n.attrs.get("base_dilations") or [1]) + (n.attrs.get("window_dilations") or [1]))
+    ):
         return f"window {window}, strides {strides}"
     pads = _pairs(n.attrs.get("padding"), len(x))
     (h, w), pad = _square_padding([x[i] for i in spatial], [pads[i] for i in spatial])
     rest = [d for i, d in enumerate(x) if i not in spatial]
-    return {"op": "max_pool2d" if kind == "max" else "avg_pool2d", "batch": rest[0] if rest else 1,
-            "c_in": math.prod(rest[1:]) if len(rest) > 1 else 1, "h": h, "w": w, "kernel": window[spatial[0]],
-            "stride": strides[spatial[0]], "padding": min(pad, window[spatial[0]] // 2)}
+    return {
+        "op": "max_pool2d" if kind == "max" else "avg_pool2d",
+        "batch": rest[0] if rest else 1,
+        "c_in": math.prod(rest[1:]) if len(rest) > 1 else 1,
+        "h": h,
+        "w": w,
+        "kernel": window[spatial[0]],
+        "stride": strides[spatial[0]],
+        "padding": min(pad, window[spatial[0]] // 2),
+    }
 
 
 def _full_operands(g: OpGraph, n: OpNode) -> int:
@@ -430,8 +631,7 @@ def _stablehlo(g: OpGraph, n: OpNode) -> dict | str | None:
         return _dot_general(n)
     if n.name == "stablehlo.dot":
         lhs, rhs = n.operands[0].shape, n.operands[1].shape
-        return {"op": "matmul", "m": lhs[0] if len(lhs) == 2 else 1, "n": rhs[1] if len(rhs) == 2 else 1,
-                "k": lhs[-1]}
+        return {"op": "matmul", "m": lhs[0] if len(lhs) == 2 else 1, "n": rhs[1] if len(rhs) == 2 else 1, "k": lhs[-1]}
     if n.name == "stablehlo.convolution":
         return _convolution(n)
     if n.name == "stablehlo.reduce":
@@ -441,8 +641,9 @@ def _stablehlo(g: OpGraph, n: OpNode) -> dict | str | None:
     if n.name == "stablehlo.reduce_window":
         return _reduce_window(g, n)
     if n.name == "stablehlo.transpose":
-        if _feeds_only(g, n.index, ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"),
-                       {"stablehlo.reshape"}):
+        if _feeds_only(
+            g, n.index, ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"), {"stablehlo.reshape"}
+        ):
             return {}
         return {"op": "copy", **_mn(n.results[0].shape)}
     if op in HLO_COPIES and n.results:
@@ -505,8 +706,11 @@ def recognise(g: OpGraph, unmapped: Counter | None = None) -> list[dict]:
     """
     unmapped = Counter() if unmapped is None else unmapped
     scopes = _scopes(g)  # several modules in one text: each one's entry function, in order
-    nodes = [n for funcs in scopes.values() for n in _walk(g, _entry(funcs), funcs)] if scopes else \
-        [n for n in g.nodes if n.parent < 0]
+    nodes = (
+        [n for funcs in scopes.values() for n in _walk(g, _entry(funcs), funcs)]
+        if scopes
+        else [n for n in g.nodes if n.parent < 0]
+    )
     out = []
     for n in nodes:
         if n.name in FREE or n.name == "func.func" or (n.dialect == "arith" and not any(t.shape for t in n.results)):
@@ -543,12 +747,14 @@ def unmapped_line(unmapped: Mapping[str, int]) -> str:
     if not unmapped:
         return ""
     items = sorted(unmapped.items(), key=lambda kv: (-kv[1], kv[0]))
-    return (f"{sum(unmapped.values())} MLIR op(s) have no workload mapping (not costed): "
-            + ", ".join(f"{k} x{v}" for k, v in items))
+    return f"{sum(unmapped.values())} MLIR op(s) have no workload mapping (not costed): " + ", ".join(
+        f"{k} x{v}" for k, v in items
+    )
 
 
-def workloads_from_mlir(text: str, where: str = "mlir", dims: Mapping[str, object] | None = None,
-                        strict: bool = False) -> pd.DataFrame:
+def workloads_from_mlir(
+    text: str, where: str = "mlir", dims: Mapping[str, object] | None = None, strict: bool = False
+) -> pd.DataFrame:
     """Workload descriptions (mlir_op, node, op, dtype + shape columns) recognised in an MLIR module.
 
     ``dims`` binds dynamic dimensions of the entry function's arguments (``{"%arg0:0": 1024}`` or
@@ -560,8 +766,13 @@ def workloads_from_mlir(text: str, where: str = "mlir", dims: Mapping[str, objec
     from features.mlir.dynamic import specialise
 
     g = parse_mlir(text, where)
-    dynamic = any(d < 0 for n in g.nodes if n.parent < 0 or g.nodes[n.parent].name == "func.func"
-                  for t in (*n.operands, *n.results) for d in t.shape)
+    dynamic = any(
+        d < 0
+        for n in g.nodes
+        if n.parent < 0 or g.nodes[n.parent].name == "func.func"
+        for t in (*n.operands, *n.results)
+        for d in t.shape
+    )
     if dims or dynamic:
         static = specialise(text, dims, where, stablehlo=any(n.dialect in ("stablehlo", "chlo") for n in g.nodes))
         if static is not None:

@@ -1,5 +1,6 @@
 """A toy encoder (one file + ``conf/encoder/toy.yaml``): the tabular features plus an energy baseline column, the
 FLOPs at a fixed energy per FLOP plus the roofline time at the spec's idle power."""
+
 from __future__ import annotations
 
 import pandas as pd

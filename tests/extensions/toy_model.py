@@ -1,5 +1,6 @@
 """A toy cost model (one file + ``conf/model/toy_scaled_baseline.yaml``): the baseline column times one factor, the
 geometric mean of y / baseline over the training rows."""
+
 from __future__ import annotations
 
 import json
