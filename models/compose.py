@@ -368,7 +368,7 @@ def fit_floors(rows: pd.DataFrame, registry=None) -> dict[str, float]:
         raise ValueError("fit_floors: no kernel rows of a physics op family")
     X = PhysicsFeaturizer(registry).transform(ok) if registry is not None else PhysicsFeaturizer().transform(ok)
     y = ok["runtime_ms"].to_numpy(float)
-    raw = estimate_floors(X, y)
+    raw = next(iter(estimate_floors(X, y, by_harness=False).values()))  # the rows' own floors, one per family
     fam = families(ok["op"])
     seen = {f for f in FAMILIES if (fam == f).sum() >= 10}
     identified = {f: v for f, v in raw.items() if f in seen and v > MIN_FLOOR_MS * 1.0001}
