@@ -30,8 +30,10 @@ TABLE_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".json")
 
 def mlir_text(value, where: str = "mlir") -> str:
     """``value`` (str or bytes) as MLIR module text, or one FeatureError line saying why it is not text."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        value = _decode(bytes(value), where, "MLIR module text")
+    if isinstance(value, (bytes, bytearray, memoryview)):  # UTF-8 text, or MLIR bytecode (e.g. a jax.export artifact)
+        from features.mlir.graph import decode_mlir
+
+        value = decode_mlir(bytes(value), where)
     elif not isinstance(value, str):
         raise FeatureError(f"{where}: MLIR must be module text, got {type(value).__name__}")
     try:

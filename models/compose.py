@@ -376,7 +376,7 @@ def fit_floors(rows: pd.DataFrame, registry=None) -> dict[str, float]:
         raise ValueError("fit_floors: no op family has launch-bound rows to fix its floor")
     low = min(identified.values())
     out = {}
-    for f in (*FAMILIES, "pool", "data_movement"):
+    for f in dict.fromkeys((*FAMILIES, "pool", "data_movement")):
         if f in identified:
             out[f] = identified[f]
         else:

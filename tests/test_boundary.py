@@ -260,7 +260,9 @@ def test_any_bytes_or_text_as_mlir_give_text_or_one_line(data):
 
 def test_mlir_read_boundary_examples(tmp_path):
     (tmp_path / "net.mlir").write_bytes(b"\x7fELF\x02\x01\x01\x00\xff")
-    with pytest.raises(FeatureError, match=r"^net.mlir: not UTF-8 text \(byte 0xff at offset 8\)"):
+    with pytest.raises(
+        FeatureError, match=r"^net.mlir: not UTF-8 text \(byte 0xff at offset 8, line 1\): MLIR files are UTF-8"
+    ):
         read_mlir(tmp_path / "net.mlir")
     (tmp_path / "nul.mlir").write_bytes(b"module {}\x00")
     with pytest.raises(FeatureError, match=r"^nul.mlir: a NUL character at offset 9"):

@@ -282,10 +282,12 @@ def test_cli_predicts_an_mlir_file_kernel_by_kernel(tiny_run, exported, tmp_path
     assert list(out["mlir_op"]) == ["linalg.matmul", "linalg.generic", "total"]
     assert list(out["op"][:2]) == ["matmul", "add"] and (out["runtime_ms"] > 0).all()
     assert out["sum_runtime_ms"].iloc[2] == pytest.approx(out["runtime_ms"].iloc[:2].sum())
-    # the tiny main job stored one MLIR text per distinct workload and its hash in every row
+    # the tiny main job stored one MLIR text per distinct workload measured here and its hash in each of those rows
+    # (the shipped pack's replayed rows carry none: thousands of shapes, pipelines/run.py)
     rows = pd.read_parquet(next((tiny_run["out"] / "datasets").glob("*.parquet")))
-    assert rows["mlir_sha256"].notna().all()
-    assert {p.stem for p in (tiny_run["out"] / "mlir").glob("*.mlir")} == set(rows["mlir_sha256"])
+    here = rows["backend"] != "reference"
+    assert here.any() and rows.loc[here, "mlir_sha256"].notna().all() and rows.loc[~here, "mlir_sha256"].isna().all()
+    assert {p.stem for p in (tiny_run["out"] / "mlir").glob("*.mlir")} == set(rows.loc[here, "mlir_sha256"])
     proc = run_cli(
         "predict",
         "--model",
@@ -295,9 +297,7 @@ def test_cli_predicts_an_mlir_file_kernel_by_kernel(tiny_run, exported, tmp_path
         "--tracking-uri",
         tiny_run["uri"],
     )
-    assert (
-        proc.returncode == 2 and proc.stderr.strip() == "costmodel: error: linear.mlir: a .mlir input needs --hardware"
-    )
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("linear.mlir: a .mlir input needs --hardware")
 
 
 @pytest.mark.shared_data

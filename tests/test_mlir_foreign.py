@@ -326,16 +326,18 @@ def test_cli_costs_foreign_mlir_and_names_problems(tiny_run, tmp_path, capsys):
     ]
     # the JAX-written generic StableHLO: every kernel costed
     code, out, err = cli(*base, "--input", str(DATA / "jax_cnn_generic.mlir"), "--format", "jsonl", capsys=capsys)
-    assert code == 0 and err == [], err
+    # only the model of record's domain line may be printed (the tiny champion never saw sizes like these)
+    assert code == 0 and all("outside the training domain" in line for line in err), err
     out = pd.read_json(pd.io.common.StringIO(out), lines=True)
     assert out["mlir_op"].tolist()[-1] == "total" and out["op"].tolist()[:1] == ["conv2d"] and len(out) == 9
     # pretty StableHLO with an op that has no mapping: costed, and the op named on stderr (--strict: an error)
     src = tmp_path / "sort.mlir"
     src.write_text(lowered(lambda x: jnp.sort(x, axis=-1) @ x.T, S((8, 8), f32))[1])
     code, out, err = cli(*base, "--input", str(src), capsys=capsys)
-    assert code == 0 and err == [
+    assert code == 0 and err[0] == (
         f"costmodel: warning: {src}: 1 MLIR op(s) have no workload mapping (not costed): stablehlo.sort x1"
-    ]
+    )
+    assert all("outside the training domain" in line for line in err[1:]), err
     code, out, err = cli(*base, "--input", str(src), "--strict", capsys=capsys)
     assert code == 2 and len(err) == 1 and "stablehlo.sort x1" in err[0]
 
@@ -358,7 +360,8 @@ def test_cli_non_utf8_mlir_is_one_error_line(tmp_path, capsys):
     assert (
         code == 2
         and out == ""
-        and err == [f"costmodel: error: {bad}: not UTF-8 text (byte 0xff at offset 17, line 2): MLIR files are UTF-8"]
+        and err
+        == [f"costmodel: error: {bad.name}: not UTF-8 text (byte 0xff at offset 17, line 2): MLIR files are UTF-8"]
     )
 
 

@@ -29,6 +29,9 @@ def test_search_spaces_compose(search, section, model):
     assert cfg.objective.model == model and cfg.cache and list(cfg.register.models) == [] and cfg.eval_splits
     # without a search the job is unchanged: every model, every split, registration on, measured afresh
     assert list(plain.model) == [
+        "gnn_residual",
+        "token_transformer_residual",
+        "composed",
         "gnn",
         "token_transformer",
         "xgb_layer_sum",
@@ -36,7 +39,7 @@ def test_search_spaces_compose(search, section, model):
         "roofline_fit",
         "measured_layer_sum",
     ]
-    assert plain.eval_splits is None and not plain.cache and list(plain.register.models) == ["gnn"]
+    assert plain.eval_splits is None and not plain.cache and list(plain.register.models) == ["gnn_residual"]
 
 
 def _cfg(*overrides):
