@@ -16,8 +16,10 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 run: $(VENV)/.installed
 	$(PY) -m pipelines.run $(ARGS)
 
+# The suite on every core (pytest-xdist); PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= auto
 test: $(VENV)/.installed
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(ARGS)
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow" $(ARGS)
