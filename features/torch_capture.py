@@ -47,7 +47,9 @@ import functools
 import importlib
 import math
 import operator
+import os
 import re
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -816,11 +818,16 @@ def counted_flops(module: torch.nn.Module, example_inputs, kwargs: Mapping[str, 
 
 # ----------------------------------------------------------------------------------------------------- CLI helpers
 def load_factory(spec: str) -> torch.nn.Module:
-    """``pkg.module:factory`` -> ``factory()`` called under ``torch.device("meta")`` (no weights allocated)."""
+    """``pkg.module:factory`` -> ``factory()`` called under ``torch.device("meta")`` (no weights allocated).
+
+    The module is looked up as ``python -m`` would: the current directory first, then the installed packages."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise CaptureError(f"--torch {spec!r}: expected pkg.module:factory (a function returning an nn.Module)")
     mod_name, attr = spec.split(":")
+    cwd = os.getcwd()
     try:
+        if cwd not in sys.path:  # a console script's sys.path lacks the current directory
+            sys.path.insert(0, cwd)
         mod = importlib.import_module(mod_name)
     except Exception as exc:  # noqa: BLE001 - an import error of the user's module is one line
         raise CaptureError(
