@@ -119,43 +119,16 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def markdown(check: str, results: list[dict]) -> str:
-    """One markdown table per check: a row per model (and k), MAPE / MedAPE overall, MAPE per GPU, family, dtype."""
-    scopes = []
-    for r in results:
-        scopes += [s for s in r["metrics"] if s != "all" and s not in scopes]
-    head = ["model", "all MAPE / MedAPE", *[s.split(":", 1)[1] for s in scopes], "in domain", "covered"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in results:
-        m = r["metrics"]
-        name = r["model"] + (f", k = {r['k']}" if r["k"] is not None else "")
-        cells = [name, f"{m['all']['mape']:.1f} / {m['all']['medape']:.1f}"]
-        cells += [f"{m[s]['mape']:.1f}" if s in m else "" for s in scopes]
-        cells += [f"{m['all'][c]:.2f}" if c in m["all"] else "" for c in ("in_domain", "covered")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def verdict(check: str, results: list[dict]) -> list[str]:
-    from models.extrapolation import worst
+def verdict_lines(results: list[dict]) -> list[str]:
+    """One line per model: the check's goal met or not (``models.extrapolation.verdict``; check f at k = 100 only)."""
+    from models.extrapolation import verdict
 
     out = []
     for r in results:
-        if check == "f" and r["k"] != 100:
-            continue
-        all_mape = r["metrics"]["all"]["mape"]
-        g, g_mape = worst(r, "hardware:")
-        f, f_mape = worst(r, "family:")
-        if check == "a":
-            met = all_mape <= 10 and f_mape <= 15
-            what = f"MAPE {all_mape:.1f}, worst family {f} {f_mape:.1f}"
-        elif check in ("b", "d", "f"):
-            met = g_mape <= (8 if check == "f" else 10)
-            what = f"worst GPU {g} MAPE {g_mape:.1f}"
-        else:
-            met = all_mape <= (15 if check == "e" else 10)
-            what = f"MAPE {all_mape:.1f}"
-        out.append(f"  {r['model']:14s} {what}: {'met' if met else 'NOT met'}")
+        decided = verdict(r)
+        if decided is not None:
+            met, what = decided
+            out.append(f"  {r['model']:14s} {what}: {'met' if met else 'NOT met'}")
     return out
 
 
@@ -180,7 +153,7 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     from data.hardware import HardwareRegistry
-    from models.extrapolation import CHECKS, NAMES, run_check
+    from models.extrapolation import CHECKS, NAMES, markdown, run_check
 
     checks = list(CHECKS) if args.check == "all" else [c.strip() for c in args.check.split(",")]
     bad = [c for c in checks if c not in CHECKS]
@@ -198,9 +171,7 @@ def main(argv=None) -> int:
         for check in checks:
             saved = cache / f"results_{check}.json"
             if saved.exists():
-                (cache / f"results_{check}.md").write_text(
-                    markdown(check, json.loads(saved.read_text())["results"]) + "\n"
-                )
+                (cache / f"results_{check}.md").write_text(markdown(json.loads(saved.read_text())["results"]) + "\n")
                 print(f"wrote {cache / f'results_{check}.md'}")
         return 0
     sources = [s.strip() for s in args.sources.split(",")]
@@ -226,8 +197,8 @@ def main(argv=None) -> int:
         for r in results:
             k = f", k = {r['k']}" if r["k"] is not None else ""
             print(f"  {r['model']}{k}  ({r['seconds']:.0f} s)\n{table(r)}")
-        print("\n".join(verdict(check, results)), flush=True)
-        (cache / f"results_{check}.md").write_text(markdown(check, results) + "\n")
+        print("\n".join(verdict_lines(results)), flush=True)
+        (cache / f"results_{check}.md").write_text(markdown(results) + "\n")
         (cache / f"results_{check}.json").write_text(
             json.dumps(
                 {
