@@ -208,6 +208,16 @@ def trainer(max_epochs: int, seed: int):
     )
 
 
+def _check_graph_options(conv: str, hidden: int, heads: int, bound: float) -> None:
+    """The message-passing options both GNN models take: a known conv, gatv2 heads dividing hidden, a positive bound."""
+    if conv not in ("sage", "gatv2"):
+        raise ValueError(f"conv must be 'sage' or 'gatv2', got {conv!r}")
+    if conv == "gatv2" and hidden % heads:
+        raise ValueError(f"hidden {hidden} must be a multiple of heads {heads} for gatv2")
+    if not bound > 0:
+        raise ValueError(f"bound must be > 0, got {bound!r}")
+
+
 class GNNModel(CostModel):
     """Additive GNN cost model; ``X`` = list of PyG graphs (see module docstring).
 
@@ -234,14 +244,9 @@ class GNNModel(CostModel):
         bound: float = 2.0,
         shrink: float = 0.0,
     ):
-        if conv not in ("sage", "gatv2"):
-            raise ValueError(f"conv must be 'sage' or 'gatv2', got {conv!r}")
+        _check_graph_options(conv, hidden, heads, bound)
         if readout not in ("anchored", "free"):
             raise ValueError(f"readout must be 'anchored' or 'free', got {readout!r}")
-        if conv == "gatv2" and hidden % heads:
-            raise ValueError(f"hidden {hidden} must be a multiple of heads {heads} for gatv2")
-        if not bound > 0:
-            raise ValueError(f"bound must be > 0, got {bound!r}")
         self.hidden = hidden
         self.layers = layers
         self.epochs = epochs
@@ -500,12 +505,7 @@ class ResidualGNNModel(CostModel):
         bound: float = 0.5,
         shrink: float = 1.0,
     ):
-        if conv not in ("sage", "gatv2"):
-            raise ValueError(f"conv must be 'sage' or 'gatv2', got {conv!r}")
-        if conv == "gatv2" and hidden % heads:
-            raise ValueError(f"hidden {hidden} must be a multiple of heads {heads} for gatv2")
-        if not bound > 0:
-            raise ValueError(f"bound must be > 0, got {bound!r}")
+        _check_graph_options(conv, hidden, heads, bound)
         self.kernel_model = kernel_model
         self.execution = execution
         self.hidden = hidden
