@@ -41,6 +41,20 @@ def _key(value) -> str:
     return str(int(v)) if v.is_integer() else str(v)
 
 
+def _xgboost(owner, **options) -> XGBoostModel:
+    """An XGBoostModel with ``owner``'s tree hyper-parameters (both models here take the same ones) and ``options``."""
+    return XGBoostModel(
+        n_estimators=owner.n_estimators,
+        learning_rate=owner.learning_rate,
+        max_depth=owner.max_depth,
+        subsample=owner.subsample,
+        colsample_bytree=owner.colsample_bytree,
+        random_state=owner.random_state,
+        n_jobs=owner.n_jobs,
+        **options,
+    )
+
+
 class RegimeModel(CostModel):
     """One log-target XGBoost per regime (value of ``regime_column``), each on its own ``features`` over its own
     base column, plus an optional linear term in an offset column:
@@ -129,16 +143,7 @@ class RegimeModel(CostModel):
                 group_columns = [c for c in cols if c not in (base, offset_col)]
                 alpha = self._slope(Xr, yr, Xr[offset_col].to_numpy(float), group_columns)
                 yr = np.maximum(yr - alpha * Xr[offset_col].to_numpy(float), 0.05 * yr)  # the remainder stays > 0
-            model = XGBoostModel(
-                n_estimators=self.n_estimators,
-                learning_rate=self.learning_rate,
-                max_depth=self.max_depth,
-                subsample=self.subsample,
-                colsample_bytree=self.colsample_bytree,
-                random_state=self.random_state,
-                n_jobs=self.n_jobs,
-                base_columns=base,
-            )
+            model = _xgboost(self, base_columns=base)
             self.parts_[r] = {"model": model.fit(Xr[cols], yr), "alpha": alpha, "offset": offset_col, "columns": cols}
         return self
 
@@ -225,17 +230,7 @@ class HurdleModel(CostModel):
         )
 
     def _regressor(self, transform: str, base) -> XGBoostModel:
-        return XGBoostModel(
-            n_estimators=self.n_estimators,
-            learning_rate=self.learning_rate,
-            max_depth=self.max_depth,
-            subsample=self.subsample,
-            colsample_bytree=self.colsample_bytree,
-            random_state=self.random_state,
-            n_jobs=self.n_jobs,
-            transform=transform,
-            base_columns=base,
-        )
+        return _xgboost(self, transform=transform, base_columns=base)
 
     def fit(self, X: pd.DataFrame, y) -> HurdleModel:
         X, _ = check_xy(X)
