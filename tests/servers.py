@@ -67,6 +67,27 @@ def running(args: list[str], ready_path: str, port: int, log: Path, env: dict | 
                 proc.wait(timeout=10)
 
 
+def tracking_server(folder: Path, workers: int = 1):
+    """A real ``mlflow server`` on a free 127.0.0.1 port: a sqlite database backend and proxied artifacts in
+    ``folder``; a context manager yielding its base URL."""
+    port = free_port()
+    args = [
+        MLFLOW,
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{folder / 'srv.db'}",
+        "--artifacts-destination",
+        str(folder / "art"),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
+    return running(args, "/health", port, folder / "server.log", cwd=folder)
+
+
 def serve_model(model_uri: str, tracking_uri: str, log: Path):
     """``mlflow models serve`` in the local environment (the featurizer ships inside the model)."""
     port = free_port()

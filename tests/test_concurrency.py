@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from pipelines import tracking
 from tests.conftest import ROOT
-from tests.servers import MLFLOW, free_port, running
+from tests.servers import tracking_server
 
 pytestmark = pytest.mark.slow
 NAME = "costmodel-runtime"
@@ -117,22 +117,7 @@ def test_jobs_started_together_share_a_fresh_sqlite_store(sqlite_jobs):
 
 
 def test_jobs_started_together_on_a_tracking_server(tmp_path):
-    port = free_port()
-    server = [
-        MLFLOW,
-        "server",
-        "--backend-store-uri",
-        f"sqlite:///{tmp_path / 'srv.db'}",
-        "--artifacts-destination",
-        str(tmp_path / "art"),
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "--workers",
-        "2",
-    ]
-    with running(server, "/health", port, tmp_path / "server.log", cwd=tmp_path) as base:
+    with tracking_server(tmp_path, workers=2) as base:
         results = start_together(tmp_path / "out", f"mlflow.tracking_uri={base}")
         check_jobs(results, MlflowClient(tracking_uri=base, registry_uri=base))
     assert not (tmp_path / "out" / "mlflow.db").exists()

@@ -20,7 +20,7 @@ from models.evaluate import regression_metrics
 from models.splits import SPLITS
 from pipelines import tracking
 from tests.conftest import ROOT, run_cli
-from tests.servers import MLFLOW, free_port, running
+from tests.servers import tracking_server
 
 pytestmark = pytest.mark.slow
 NAME = "lifecycle-test"
@@ -126,22 +126,7 @@ def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
 
 def test_tracking_server_train_register_serve(tmp_path):
     """Real ``mlflow server`` with a sqlite database backend and proxied artifacts, used by the main job."""
-    port = free_port()
-    server = [
-        MLFLOW,
-        "server",
-        "--backend-store-uri",
-        f"sqlite:///{tmp_path / 'srv.db'}",
-        "--artifacts-destination",
-        str(tmp_path / "art"),
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "--workers",
-        "1",
-    ]
-    with running(server, "/health", port, tmp_path / "server.log", cwd=tmp_path) as base:
+    with tracking_server(tmp_path, workers=1) as base:
         out = tmp_path / "run"
         job = subprocess.run(
             [
