@@ -5,15 +5,23 @@ Input: a workload description frame (``op``, ``hardware``, ``dtype``, shape colu
 Output (:class:`PhysicsFeaturizer`): per row the physics times in ms, the hardware numbers they came from, and
 DIMENSIONLESS features (:data:`FEATURES`) from which ``models.physics`` learns a bounded efficiency.
 
-Math mode and peak (:func:`effective_peak`), following PyTorch's defaults:
+Math mode and peak (:func:`effective_peak`), as the project's cuda backend sets them (``data.backends.cuda``
+``fp32_math``: IEEE float32 unless the dtype is ``tf32``, for cuBLAS and cuDNN alike; the H200 set measured the
+same way: its float32 3x3 convolutions run at 22 TFLOP/s, a third of the fp32 FMA peak, not TF32's 495):
 
-* float32 GEMMs (matmul, bmm, linear, attention) run on the CUDA cores (``allow_tf32=False``): the fp32 peak;
-  float32 convolutions run TF32 on tensor cores where the GPU has TF32 (``cudnn.allow_tf32=True``, Ampere+);
+* float32 (every op, convolutions included) runs on the CUDA cores: the fp32 FMA peak;
 * ``tf32``: the spec's TF32 tensor-core peak where it exists, else the fp32 peak;
 * float16 / bfloat16 GEMMs: PyTorch accumulates in fp32 (cuBLAS ``CUBLAS_COMPUTE_32F``), so a GPU with tensor /
   matrix cores runs them at the spec's tensor rate (fp32 accumulate) and a GPU without (Pascal: P4's native fp16
   is 1/64 of fp32, P100's half2 2x) at its fp32 FMA rate; a dtype the GPU has no rate for (bf16 on Volta) falls
   back to the fp32 rate (emulated).
+
+Operand alignment on tensor cores (:func:`alignment_factor`): tensor-core kernels feed their operands with 16-byte
+vector loads (``cp.async`` / TMA); a contiguous row whose length is not a multiple of 16 bytes forces narrower loads
+(or a fallback kernel), and the operand feed, not the math, bounds the kernel: the tensor peak is scaled by
+``align_bytes / 16`` (NVIDIA's guidance to keep fp16 dims multiples of 8). Measured on the H200 set (large GEMMs,
+achieved / tensor peak): bf16 rows aligned to 2 / 4 / 16 bytes 0.13 / 0.20 / 0.77, tf32 4 / 16 bytes 0.22 / 0.63;
+float32 on the CUDA cores shows no such step (0.65 / 0.62). The learner corrects what the law misses.
 
 GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM, ``data.backends.sim_roofline.gemm_dims``; attention
 as the two GEMMs of a fused kernel, M = seq, N = head_dim, K = 2 seq, half of K when causal) are split into output
@@ -145,8 +153,6 @@ def effective_peak(spec: HardwareSpec, family: str, dtype: str) -> tuple[float, 
     fp32 = spec.peak_flops("float32")
     rates = spec.peak_tflops
     if dtype == "float32":
-        if family == "conv" and "tf32" in rates:
-            return float(rates["tf32"]) * 1e12, "tf32"
         return fp32, "fp32"
     if dtype == "tf32":
         return (float(rates["tf32"]) * 1e12, "tf32") if "tf32" in rates else (fp32, "fp32")
@@ -155,6 +161,15 @@ def effective_peak(spec: HardwareSpec, family: str, dtype: str) -> tuple[float, 
             return float(rates[dtype]) * 1e12, "tensor16"
         return fp32, "fp32_acc16"
     raise FeatureError(f"dtype {dtype!r} has no math mode on {spec.id} (float32, tf32, float16, bfloat16)")
+
+
+TENSOR_MODES = ("tf32", "tensor16")  # the math modes that run on tensor / matrix cores
+
+
+def alignment_factor(mode: np.ndarray, align_bytes: np.ndarray) -> np.ndarray:
+    """Share of the tensor peak a GEMM-like kernel can feed: ``align_bytes / 16`` on tensor cores (module docstring),
+    1 on the CUDA cores."""
+    return np.where(np.isin(mode, TENSOR_MODES), np.minimum(align_bytes, ALIGN_CAP_BYTES) / ALIGN_CAP_BYTES, 1.0)
 
 
 def _ceil_div(a, b):
@@ -264,8 +279,12 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     batch, m, n, k = (shp[c].to_numpy(np.int64) for c in ("g_batch", "g_m", "g_n", "g_k"))
     is_gemm = np.isin(fam, GEMM_FAMILIES)
     sms = hw["sms"].astype(np.int64)
+    align = np.minimum(
+        _two_adic_bytes(shp["row_a"].to_numpy(), dbytes), _two_adic_bytes(shp["row_b"].to_numpy(), dbytes)
+    )
+    peak = hw["peak"] * alignment_factor(hw["mode"], align)
 
-    t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), hw["peak"], sms)
+    t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), peak, sms)
     t_c = np.where(is_gemm, t_c, 0.0)
     t_m = nbytes / hw["bw"]
     physics = np.maximum(t_c, t_m)
@@ -289,9 +308,6 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["log2_k_per_split"] = np.where(is_gemm, np.log2(np.maximum(k, 1) / split), 0.0)
     X["log2_m_over_n"] = np.where(is_gemm, np.log2(m / n), 0.0)
     X["log2_batch"] = np.log2(batch)
-    align = np.minimum(
-        _two_adic_bytes(shp["row_a"].to_numpy(), dbytes), _two_adic_bytes(shp["row_b"].to_numpy(), dbytes)
-    )
     X["log2_align_bytes"] = np.log2(align)
     X["log2_compute_over_memory"] = np.where(is_gemm, np.log2(np.maximum(t_c, 1e-15) / t_m), -10.0)
     X["log2_bytes_over_l2"] = np.log2(nbytes / hw["l2"])

@@ -56,15 +56,34 @@ def describe(op: str, hardware: str, dtype: str = "float32", **shape) -> pd.Data
     return pd.DataFrame([{"op": op, "hardware": hardware, "dtype": dtype, **shape}])
 
 
-def test_effective_peak_follows_pytorch_defaults(registry):
+def test_effective_peak_follows_the_cuda_backends_math_modes(registry):
     a100, v100, p4, t4 = (registry.get(h) for h in ("A100-PCIe-40GB", "V100-PCIe-32GB", "P4", "T4"))
-    assert effective_peak(a100, "gemm", "float32") == (19.5e12, "fp32")  # allow_tf32=False for matmul
-    assert effective_peak(a100, "conv", "float32") == (156e12, "tf32")  # cudnn.allow_tf32=True
+    assert effective_peak(a100, "gemm", "float32") == (19.5e12, "fp32")  # IEEE float32 (data.backends.cuda)
+    assert effective_peak(a100, "conv", "float32") == (19.5e12, "fp32")  # convolutions too: TF32 is dtype tf32
+    assert effective_peak(a100, "conv", "tf32") == (156e12, "tf32")
     assert effective_peak(v100, "conv", "float32") == (14e12, "fp32")  # no TF32 before Ampere
     assert effective_peak(v100, "gemm", "tf32") == (14e12, "fp32")
     assert effective_peak(t4, "gemm", "float16") == (65e12, "tensor16")
     assert effective_peak(p4, "gemm", "float16") == (5.5e12, "fp32_acc16")  # fp32 accumulate, not 1/64 fp16
     assert effective_peak(v100, "gemm", "bfloat16") == (14e12, "fp32_acc16")  # no bf16 rate on Volta
+
+
+def test_tensor_core_peak_scales_with_operand_alignment(registry):
+    """On tensor cores a row that is not a multiple of 16 bytes cuts the feed: an odd K in bf16 (2-byte rows) costs
+    8x the aligned time; float32 on the CUDA cores keeps its peak; the aligned 4096^3 bf16 GEMM is at the peak."""
+    shapes = [
+        describe("matmul", "H200-SXM", "bfloat16", m=4096, n=4096, k=4096),
+        describe("matmul", "H200-SXM", "bfloat16", m=4096, n=4096, k=4095),
+        describe("matmul", "H200-SXM", "bfloat16", m=4096, n=4096, k=4094),
+        describe("matmul", "H200-SXM", "float32", m=4096, n=4096, k=4096),
+        describe("matmul", "H200-SXM", "float32", m=4096, n=4096, k=4095),
+    ]
+    X = PhysicsFeaturizer(registry).transform(pd.concat(shapes, ignore_index=True))
+    c = X["compute_ms"].to_numpy()
+    assert c[0] == pytest.approx(2 * 4096**3 / 989.4e12 * 1e3, rel=0.02)
+    assert c[1] / c[0] == pytest.approx(8.0, rel=0.01)  # 2-byte rows: 2 / 16 of the feed
+    assert c[2] / c[0] == pytest.approx(4.0, rel=0.01)  # 4-byte rows
+    assert c[4] / c[3] == pytest.approx(1.0, rel=0.01)  # CUDA cores: no step
 
 
 def test_gemm_tiles_and_waves(registry):
@@ -172,7 +191,7 @@ def test_calibrate_learns_a_new_gpu_from_its_rows():
     tuned = model.calibrate(X.iloc[cal], y[cal], hardware="H200-SXM")
     before = np.mean(np.abs(model.predict(X.iloc[test]) / y[test] - 1))
     after = np.mean(np.abs(tuned.predict(X.iloc[test]) / y[test] - 1))
-    assert after < 0.7 * before, (before, after)
+    assert after < 0.85 * before, (before, after)
     assert tuned.corrections_[-1]["hardware"] == "H200-SXM" and tuned.corrections_[-1]["rows"] == 60
     other = np.flatnonzero(neusight_mask())[:200]
     np.testing.assert_allclose(tuned.predict(X.iloc[other]), model.predict(X.iloc[other]))
