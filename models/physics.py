@@ -63,9 +63,13 @@ MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1}
 MIN_CALIBRATION_ROWS = 5
 MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
 CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-validation on the new GPU's rows
+# A training GPU's own correction (``hardware_corrections``): from this many rows, one boosted round per
+# CORRECTION_ROWS_PER_ROUND rows, at most MAX_FIT_CORRECTION_ROUNDS (depth-3 trees, eta 0.1)
+MIN_FIT_CORRECTION_ROWS = 30
+CORRECTION_ROWS_PER_ROUND = 10
+MAX_FIT_CORRECTION_ROUNDS = 300
 FLOOR_QUANTILE = 0.3  # the fastest 30% of a hardware's kernels of a family fix its floor
 MIN_FLOOR_MS = 1e-3
-FLOOR_MIN_SHARE = 0.25  # a floor is at least this share of the fastest kernel measured (its launch is most of it)
 # back-to-back floor / per-call floor, for a harness no training row was timed with: launch throughput against launch
 # latency + event timing. Measured on the real sets with neither the H200 nor a CPU (estimate_floors on NeuSight, per
 # call, and DeepBench, back to back, of the same GPU generations): GEMM 8.6 / 31.2 us = 0.28, conv 24.5 / 70.7 = 0.35.
@@ -118,6 +122,12 @@ def hardware_keys(X: pd.DataFrame) -> np.ndarray:
     return np.array([",".join(f"{v:.6f}" for v in row) for row in H], dtype=object)
 
 
+def mode_keys(X: pd.DataFrame) -> np.ndarray:
+    """``hardware_keys`` and the row's math mode: a GPU's tensor cores are not learned from its fp32 rows."""
+    modes = np.asarray(MODES, dtype=object)[X[[f"mode_{m}" for m in MODES]].to_numpy().argmax(axis=1)]
+    return hardware_keys(X) + "|" + modes
+
+
 def shape_keys(X: pd.DataFrame) -> np.ndarray:
     return pd.util.hash_pandas_object(X[list(SHAPE_KEY)].round(9), index=False).to_numpy()
 
@@ -148,8 +158,7 @@ def _family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str
             low = idx[phys[idx] <= np.quantile(phys[idx], FLOOR_QUANTILE)]
             A = np.column_stack([np.ones(len(low)), phys[low]]) / y[low, None]  # relative least squares
             a, _ = np.linalg.lstsq(A, np.ones(len(low)), rcond=None)[0]
-            fastest = y[idx].min()  # the floor is at most the fastest kernel, and at least half of it
-            intercepts.append(float(np.clip(a, max(MIN_FLOOR_MS, FLOOR_MIN_SHARE * fastest), fastest)))
+            intercepts.append(float(np.clip(a, MIN_FLOOR_MS, y[idx].min())))
         if intercepts:
             floors[f] = float(np.median(intercepts))
     return floors
@@ -241,6 +250,7 @@ class PhysicsModel(CostModel):
         interval_max_rows: int = 40000,
         interval_hardware_folds: int = 8,
         harness_floors: bool = True,
+        hardware_corrections: bool = True,
         random_state: int = 0,
         n_jobs: int = 1,
     ):
@@ -263,6 +273,7 @@ class PhysicsModel(CostModel):
         self.interval_max_rows = interval_max_rows
         self.interval_hardware_folds = interval_hardware_folds
         self.harness_floors = harness_floors
+        self.hardware_corrections = hardware_corrections
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -276,7 +287,7 @@ class PhysicsModel(CostModel):
         y = check_targets(y, len(X))
         self._fit_core(X, y)
         self.domain_ = Domain(FEATURES, HARDWARE, HARDWARE_IDENTITY, SIZE).fit(X)
-        self.corrections_: list[dict] = []
+        self.corrections_: list[dict] = self._fit_hardware_corrections(X, y) if self.hardware_corrections else []
         self.widening_ = self._calibrate_intervals(X, y) if self.interval_folds else None
         return self
 
@@ -294,10 +305,12 @@ class PhysicsModel(CostModel):
             self._fit_mlp(F, phys, floor, y, e_max)
 
     def _e_max(self, X: pd.DataFrame) -> np.ndarray:
-        """Per row the efficiency bound: ``e_max_gemm`` for GEMMs and attention (the physics counts the FLOPs they
-        do: only a clock above the spec's boost clock beats it), ``e_max`` for convolutions (Winograd does fewer
-        FLOPs than counted) and memory-bound ops (inputs served from L2)."""
-        return np.where(np.isin(families_of(X), BOUNDED_FAMILIES), self.e_max_gemm, self.e_max)
+        """Per row the efficiency bound: ``e_max_gemm`` for GEMMs and attention on GPUs (the physics counts the
+        FLOPs they do: only a clock above the spec's boost clock beats it), ``e_max`` for convolutions (Winograd does
+        fewer FLOPs than counted), memory-bound ops (inputs served from L2) and CPUs (their peak is a measured rate,
+        which a BLAS kernel can beat: median 1.03, up to 3x on this VM's GEMMs)."""
+        gpu = X["hw_is_gpu"].to_numpy(float) > 0
+        return np.where(np.isin(families_of(X), BOUNDED_FAMILIES) & gpu, self.e_max_gemm, self.e_max)
 
     def _fit_xgb(self, F, phys, floor, y, e_max) -> None:
         params = {
@@ -340,6 +353,27 @@ class PhysicsModel(CostModel):
         trainer(self.epochs, self.random_state).fit(_mlp_module(net, self.mlp_learning_rate, steps), loader)
         self.net_ = net.eval()
 
+    def _fit_hardware_corrections(self, X: pd.DataFrame, y: np.ndarray) -> list[dict]:
+        """Each training GPU (spec position) and math mode with :data:`MIN_FIT_CORRECTION_ROWS` rows gets its own
+        correction of the shared efficiency, the few-shot correction's form (floor scale, log-bias, boosted trees on
+        the dimensionless features; rounds grow with its rows): what a spec sheet cannot say about a GPU that was
+        measured (its library's tile choices, its sustained clock) is learned for that GPU only. A GPU outside
+        training gets the shared model, which never saw a GPU's identity."""
+        keys = mode_keys(X)
+        floor, kernel = self._floor(X), X["physics_ms"].to_numpy(float) / self.efficiency(X)
+        logy = np.log(y)
+        out = []
+        for key in np.unique(keys):
+            idx = np.flatnonzero(keys == key)
+            if len(idx) < MIN_FIT_CORRECTION_ROWS:
+                continue
+            rounds = min(MAX_FIT_CORRECTION_ROUNDS, len(idx) // CORRECTION_ROWS_PER_ROUND)
+            Xi = X.iloc[idx].reset_index(drop=True)
+            corr = _fit_correction(Xi, floor[idx], kernel[idx], logy[idx], rounds, self.random_state)
+            corr.update(key=str(key), hardware="", rows=len(idx), origin="fit")
+            out.append(corr)
+        return out
+
     # --- prediction ---------------------------------------------------------------------------------------
     def _floor(self, X: pd.DataFrame) -> np.ndarray:
         table = np.array([[self.floors_[r][f] for f in FAMILIES] for r in FLOOR_REGIMES])
@@ -371,9 +405,9 @@ class PhysicsModel(CostModel):
         kernel = X["physics_ms"].to_numpy(float) / (self._e_max(X) / (1.0 + np.exp(-self._margin(X))))
         which = np.full(len(X), -1)
         if self.corrections_:
-            keys = hardware_keys(X)
-            for i, c in enumerate(self.corrections_):
-                m = keys == c["key"]
+            keys, modes = hardware_keys(X), mode_keys(X)
+            for i, c in enumerate(self.corrections_):  # fit-time ones per GPU and math mode, calibrated per GPU
+                m = (modes if c.get("origin") == "fit" else keys) == c["key"]
                 if m.any():
                     g = _correction_margin(c, X[m])
                     floor[m] = floor[m] * c["floor_scale"]
@@ -398,12 +432,14 @@ class PhysicsModel(CostModel):
         else:
             q = np.full(len(X), np.nan)
         for i, c in enumerate(self.corrections_):  # calibrated hardware: its own out-of-fold half-width
+            if c.get("origin") == "fit":
+                continue
             m = which == i
             q[m] = c["q"] + (self.widening_["slope"] if self.widening_ else 0.0) * out.loc[m, "domain_distance"]
         out.insert(0, "runtime_ms", pred)
         out.insert(1, "lo_ms", pred * np.exp(-q))
         out.insert(2, "hi_ms", pred * np.exp(q))
-        out["calibrated_on"] = [self.corrections_[i]["hardware"] if i >= 0 else "" for i in which]
+        out["calibrated_on"] = [self.corrections_[i]["hardware"] if i >= 0 else "" for i in which]  # fit-time: ""
         return out
 
     # --- intervals ----------------------------------------------------------------------------------------
@@ -431,7 +467,9 @@ class PhysicsModel(CostModel):
         work = X["flops"].to_numpy(float) + X["bytes"].to_numpy(float)
         folds.append(work > np.quantile(work, 0.9))
         scores, dist, seen = [], [], []
-        params = {**self.get_params(), "interval_folds": False}
+        # sub-models without the per-GPU corrections (each would cost as much again): the widening is sized on the
+        # shared model, wider than a measured GPU's corrected predictions need
+        params = {**self.get_params(), "interval_folds": False, "hardware_corrections": False}
         for test in folds:
             train = np.flatnonzero(~test)
             if len(train) < 20 or test.sum() == 0:
@@ -493,7 +531,8 @@ class PhysicsModel(CostModel):
             mape_out_of_fold=float(np.mean(np.abs(np.exp(oof - logy) - 1)) * 100),
         )
         new = copy.deepcopy(self)
-        new.corrections_ = [c for c in self.corrections_ if c["key"] != corr["key"]] + [corr]
+        # the calibrated correction replaces what the model had for that GPU (its fit-time ones included)
+        new.corrections_ = [c for c in self.corrections_ if c["key"].split("|")[0] != corr["key"]] + [corr]
         new.domain_ = copy.deepcopy(self.domain_).add_hardware(X_new)
         return new
 

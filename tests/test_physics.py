@@ -107,17 +107,41 @@ def test_gemm_tiles_and_waves(registry):
 
 
 def test_memory_bound_ops_move_with_bandwidth(registry):
-    """A GPU with twice the bandwidth (all else equal) runs a large layernorm / add about twice as fast."""
+    """A GPU with twice the bandwidth (all else equal) runs a large layernorm / add about twice as fast. Both are
+    spec variants no row was measured on (a measured GPU's own correction would apply to the A100 itself)."""
     model = fitted()
     a100 = registry.get("A100-PCIe-40GB")
-    fast = dataclasses.replace(a100, id="A100-2xBW", aliases=(), memory_bandwidth_gbs=2 * a100.memory_bandwidth_gbs)
-    reg = HardwareRegistry([*registry, fast])
+    bw = a100.memory_bandwidth_gbs
+    slow, fast = (
+        dataclasses.replace(a100, id=f"A100-{x}xBW", aliases=(), memory_bandwidth_gbs=x * bw) for x in (1.5, 3.0)
+    )
+    reg = HardwareRegistry([*registry, slow, fast])
     for op in ("layernorm", "add"):
         X = PhysicsFeaturizer(reg).transform(
-            pd.concat([describe(op, h, m=16384, n=8192) for h in ("A100-PCIe-40GB", "A100-2xBW")], ignore_index=True)
+            pd.concat([describe(op, h, m=16384, n=8192) for h in (slow.id, fast.id)], ignore_index=True)
         )
         slow_ms, fast_ms = model.predict(X)
         assert 1.8 <= slow_ms / fast_ms <= 2.0, (op, slow_ms, fast_ms)
+
+
+def test_a_measured_gpu_has_its_own_correction_per_math_mode():
+    """Every training GPU and math mode with enough rows gets a correction; the unseen math modes of the H200 do not
+    (its bf16 rows are predicted by the shared model), and a spec variant of a measured GPU gets the shared model."""
+    model = fitted()
+    keys = {c["key"] for c in model.corrections_}
+    assert all(c["origin"] == "fit" for c in model.corrections_)
+    assert any(k.endswith("|fp32") for k in keys) and not any(k.endswith("|tensor16") for k in keys)
+    rows, X = small_rows(), small_frame()
+    bf16 = np.flatnonzero((rows["dtype"] == "bfloat16").to_numpy())[:20]
+    _, _, which = model._parts(X.iloc[bf16].reset_index(drop=True))
+    assert (which == -1).all()
+    fp32 = np.flatnonzero(neusight_mask())[:20]
+    _, _, which = model._parts(X.iloc[fp32].reset_index(drop=True))
+    assert (which >= 0).all()
+    plain = PhysicsModel(**{**FAST, "hardware_corrections": False}).fit(
+        X[neusight_mask()].reset_index(drop=True), rows.loc[neusight_mask(), "runtime_ms"].to_numpy()
+    )
+    assert plain.corrections_ == []
 
 
 def test_large_matmul_moves_with_physics_and_is_flagged(registry):

@@ -329,6 +329,16 @@ def test_the_launch_floor_follows_the_timing_harness(pack, registry):
     with pytest.raises(Exception, match="harness must be one of"):
         harness_of(small.assign(harness=["", "sometimes"]))
 
+    # trained on one harness only (NeuSight, per call), the other gets the measured prior ratio
+    from models.physics import BACK_TO_BACK_OVER_PER_CALL
+
+    ns = rows["source"].str.startswith("neusight").to_numpy()
+    only = PhysicsModel(n_estimators=30, interval_folds=False).fit(X[ns].reset_index(drop=True), y[ns])
+    for family in ("gemm", "conv", "elementwise"):
+        assert only.floors_["back_to_back"][family] == pytest.approx(
+            BACK_TO_BACK_OVER_PER_CALL * only.floors_["per_call"][family]
+        )
+
 
 # --------------------------------------------------------------------------- extrapolation checks (a)-(f)
 @pytest.mark.slow
