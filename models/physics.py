@@ -69,6 +69,10 @@ MIN_FIT_CORRECTION_ROWS = 30
 CORRECTION_ROWS_PER_ROUND = 10
 MAX_FIT_CORRECTION_ROUNDS = 300
 FLOOR_QUANTILE = 0.3  # the fastest 30% of a hardware's kernels of a family fix its floor
+MIN_FIT_FLOOR_ROWS = 10  # rows of a family on one hardware for the intercept fit
+MIN_FEW_FLOOR_ROWS = 3  # fewer than MIN_FIT_FLOOR_ROWS: floor = fastest kernel - its physics time, where its physics
+FLOOR_BOUND_SHARE = 0.1  # time is at most this share of its runtime (H200 attention in check d: 6 small rows, fastest
+# 30.4 us of which 0.5 us physics, where the median of the other families' floors said 8.7 us)
 MIN_FLOOR_MS = 1e-3
 # back-to-back floor / per-call floor, for a harness no training row was timed with: launch throughput against launch
 # latency + event timing. Measured on the real sets with neither the H200 nor a CPU (estimate_floors on NeuSight, per
@@ -145,22 +149,29 @@ def regime_index(X: pd.DataFrame) -> np.ndarray:
 
 
 def _family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str, float]:
-    """Launch floor (ms) per op family from ``rows``: the median over hardware of each one's intercept."""
+    """Launch floor (ms) per op family from ``rows``: the median over hardware of each one's intercept; a family that
+    no hardware has 10 rows of, from the hardware with 3 to 9: its fastest kernel's time less its physics time, if that
+    kernel is floor-bound (physics under a tenth of its time)."""
     fam, hw = families_of(X), hardware_keys(X)
     phys = X["physics_ms"].to_numpy(float)
     floors = {}
     for f in FAMILIES:
-        intercepts = []
+        intercepts, few = [], []
         for h in np.unique(hw[rows & (fam == f)]):
             idx = np.flatnonzero(rows & (fam == f) & (hw == h))
-            if len(idx) < 10:
+            if len(idx) < MIN_FEW_FLOOR_ROWS:
+                continue
+            if len(idx) < MIN_FIT_FLOOR_ROWS:  # too few for a line: the fastest kernel, if it is floor-bound
+                fastest = idx[np.argmin(y[idx])]
+                if phys[fastest] <= FLOOR_BOUND_SHARE * y[fastest]:
+                    few.append(float(np.clip(y[fastest] - phys[fastest], MIN_FLOOR_MS, y[fastest])))
                 continue
             low = idx[phys[idx] <= np.quantile(phys[idx], FLOOR_QUANTILE)]
             A = np.column_stack([np.ones(len(low)), phys[low]]) / y[low, None]  # relative least squares
             a, _ = np.linalg.lstsq(A, np.ones(len(low)), rcond=None)[0]
             intercepts.append(float(np.clip(a, MIN_FLOOR_MS, y[idx].min())))
-        if intercepts:
-            floors[f] = float(np.median(intercepts))
+        if intercepts or few:  # the fitted intercepts where any hardware has enough rows, else the few-row ones
+            floors[f] = float(np.median(intercepts or few))
     return floors
 
 
