@@ -73,8 +73,9 @@ def _need(mask: np.ndarray, what: str) -> np.ndarray:
 def faster_gpu_folds(
     rows, train_source: str = "neusight", test_hardware: str = "H200-SXM", test_dtype: str = "float32"
 ) -> list[Fold]:
-    """(a) Train on ``train_source``, test on ``test_hardware``'s ``test_dtype`` rows."""
-    test = (rows["hardware"] == test_hardware).to_numpy() & (rows["dtype"] == test_dtype).to_numpy()
+    """(a) Train on ``train_source``, test on ``test_hardware``'s ``test_dtype`` rows (a dtype or a tuple of them)."""
+    dtypes = [test_dtype] if isinstance(test_dtype, str) else list(test_dtype)
+    test = (rows["hardware"] == test_hardware).to_numpy() & rows["dtype"].isin(dtypes).to_numpy()
     return [Fold(test_hardware, _need(_source(rows, train_source), train_source), _need(test, test_hardware))]
 
 

@@ -22,6 +22,8 @@ def test_folds_hold_out_what_they_say(registry):
     hw, dtype = rows["hardware"].to_numpy(), rows["dtype"].to_numpy()
     (a,) = ex.faster_gpu_folds(rows)
     assert set(hw[a.test]) == {"H200-SXM"} and set(dtype[a.test]) == {"float32"} and "H200-SXM" not in set(hw[a.train])
+    (every,) = ex.faster_gpu_folds(rows, test_dtype=("float32", "tf32", "float16", "bfloat16"))
+    assert set(dtype[every.test]) == {"float32", "tf32", "float16", "bfloat16"} and set(hw[every.test]) == {"H200-SXM"}
     b = ex.leave_one_gpu_out_folds(rows)
     assert [f.label for f in b] == sorted(set(hw[rows["source"].str.startswith("neusight")]))
     for f in b:
