@@ -411,7 +411,8 @@ class PhysicsModel(CostModel):
         return self._e_max(X) / (1.0 + np.exp(-self._margin(X)))
 
     def _parts(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(floor_ms, kernel_ms, correction index or -1)`` per row, few-shot corrections applied."""
+        """``(floor_ms, kernel_ms, correction index or -1)`` per row, the per-GPU corrections (fit-time per GPU and
+        math mode, few-shot per GPU) applied."""
         floor = self._floor(X)
         kernel = X["physics_ms"].to_numpy(float) / (self._e_max(X) / (1.0 + np.exp(-self._margin(X))))
         which = np.full(len(X), -1)
@@ -570,6 +571,7 @@ class PhysicsModel(CostModel):
         state = {
             "floors": self.floors_,
             "base_margin": self.base_margin_,
+            "bounds": {"e_max": self.e_max, "e_max_gemm": self.e_max_gemm},
             "domain": self.domain_.to_dict(),
             "widening": self.widening_,
             "corrections": [{k: v for k, v in c.items() if k != "booster"} for c in self.corrections_],
@@ -591,6 +593,8 @@ class PhysicsModel(CostModel):
         floors = state["floors"]  # saved before floors were per regime: one table for every regime
         self.floors_ = floors if set(floors) == set(FLOOR_REGIMES) else {r: dict(floors) for r in FLOOR_REGIMES}
         self.base_margin_ = state["base_margin"]
+        if "bounds" not in state:  # saved before the per-family bound: one bound for every family, as it was trained
+            self.e_max_gemm = self.e_max
         self.domain_ = Domain.from_dict(state["domain"])
         self.widening_ = state["widening"]
         self.corrections_ = []

@@ -196,6 +196,18 @@ def test_save_load_round_trip(tmp_path):
         pd.testing.assert_frame_equal(loaded.predict_domain(X), m.predict_domain(X))
 
 
+def test_an_artifact_saved_before_the_per_family_bound_loads_with_one_bound(tmp_path):
+    import json
+
+    path = fitted().save(tmp_path / "old")
+    state = json.loads((path / "physics.json").read_text())
+    del state["bounds"]
+    (path / "physics.json").write_text(json.dumps(state))
+    loaded = load_model(path)
+    assert loaded.e_max_gemm == loaded.e_max == 4.0
+    assert load_model(fitted().save(tmp_path / "new")).e_max_gemm == 1.25
+
+
 def test_fit_on_descriptions_equals_fit_on_frame():
     rows = small_rows().head(300)
     y = rows["runtime_ms"].to_numpy()
