@@ -148,8 +148,8 @@ def has_matrix_units(spec: HardwareSpec) -> bool:
     return str(spec.architecture or "").lower().startswith("cdna")
 
 
-def effective_peak(spec: HardwareSpec, family: str, dtype: str) -> tuple[float, str]:
-    """``(peak FLOP/s, math mode)`` a kernel of ``family`` in ``dtype`` runs at under PyTorch's defaults."""
+def effective_peak(spec: HardwareSpec, dtype: str) -> tuple[float, str]:
+    """``(peak FLOP/s, math mode)`` a kernel in ``dtype`` runs at, the same for every op (module docstring)."""
     fp32 = spec.peak_flops("float32")
     rates = spec.peak_tflops
     if dtype == "float32":
@@ -248,18 +248,18 @@ def _shape_table(df: pd.DataFrame) -> pd.DataFrame:
     return table.iloc[inverse].reset_index(drop=True)
 
 
-def _hardware_table(df: pd.DataFrame, fam: np.ndarray, registry: HardwareRegistry) -> dict[str, np.ndarray]:
-    """Per row: effective peak and math mode, bandwidth, SMs, L2, from the spec (once per distinct hw/family/dtype)."""
-    triples = pd.DataFrame({"h": df["hardware"].to_numpy(), "f": fam, "d": df["dtype"].to_numpy()})
+def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry) -> dict[str, np.ndarray]:
+    """Per row: effective peak and math mode, bandwidth, SMs, L2, from the spec (once per distinct hw/dtype)."""
+    pairs = pd.DataFrame({"h": df["hardware"].to_numpy(), "d": df["dtype"].to_numpy()})
     out = {k: np.zeros(len(df)) for k in ("peak", "fp32", "bw", "sms", "l2", "gpu")}
     out["mode"] = np.empty(len(df), dtype=object)
-    for (h, f, d), idx in triples.groupby(["h", "f", "d"], sort=False).indices.items():
+    for (h, d), idx in pairs.groupby(["h", "d"], sort=False).indices.items():
         spec = registry.get(h)
         if spec.kind not in ("gpu", "cpu"):
             raise FeatureError(f"hardware {spec.id!r} is a {spec.kind}: the physics model covers GPUs and CPUs")
         if spec.memory_bandwidth_gbs <= 0 or spec.sm_count <= 0:
             raise FeatureError(f"hardware {spec.id!r} lacks memory bandwidth or SM count in its spec")
-        peak, mode = effective_peak(spec, f, d)
+        peak, mode = effective_peak(spec, d)
         out["peak"][idx], out["mode"][idx] = peak, mode
         out["fp32"][idx] = spec.peak_flops("float32")
         out["bw"][idx], out["sms"][idx] = spec.bandwidth_bytes_s, float(spec.sm_count)
@@ -272,7 +272,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     """The physics frame of a description frame already normalised by ``TabularFeaturizer.check``."""
     shp = _shape_table(df)
     fam = shp["family"].to_numpy(object)
-    hw = _hardware_table(df, fam, registry)
+    hw = _hardware_table(df, registry)
     dtype = df["dtype"].to_numpy(object)
     dbytes = np.array([DTYPE_BYTES[d] for d in dtype], float)
     flops, nbytes = shp["flops"].to_numpy(float), shp["bytes"].to_numpy(float)

@@ -126,10 +126,11 @@ def hardware_keys(X: pd.DataFrame) -> np.ndarray:
     return np.array([",".join(f"{v:.6f}" for v in row) for row in H], dtype=object)
 
 
-def mode_keys(X: pd.DataFrame) -> np.ndarray:
-    """``hardware_keys`` and the row's math mode: a GPU's tensor cores are not learned from its fp32 rows."""
+def mode_keys(X: pd.DataFrame, hw: np.ndarray | None = None) -> np.ndarray:
+    """``hardware_keys`` (``hw`` where already computed) and the row's math mode: a GPU's tensor cores are not learned
+    from its fp32 rows."""
     modes = np.asarray(MODES, dtype=object)[X[[f"mode_{m}" for m in MODES]].to_numpy().argmax(axis=1)]
-    return hardware_keys(X) + "|" + modes
+    return (hardware_keys(X) if hw is None else hw) + "|" + modes
 
 
 def shape_keys(X: pd.DataFrame) -> np.ndarray:
@@ -417,7 +418,8 @@ class PhysicsModel(CostModel):
         kernel = X["physics_ms"].to_numpy(float) / (self._e_max(X) / (1.0 + np.exp(-self._margin(X))))
         which = np.full(len(X), -1)
         if self.corrections_:
-            keys, modes = hardware_keys(X), mode_keys(X)
+            keys = hardware_keys(X)
+            modes = mode_keys(X, keys)
             for i, c in enumerate(self.corrections_):  # fit-time ones per GPU and math mode, calibrated per GPU
                 m = (modes if c.get("origin") == "fit" else keys) == c["key"]
                 if m.any():

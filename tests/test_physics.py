@@ -58,14 +58,14 @@ def describe(op: str, hardware: str, dtype: str = "float32", **shape) -> pd.Data
 
 def test_effective_peak_follows_the_cuda_backends_math_modes(registry):
     a100, v100, p4, t4 = (registry.get(h) for h in ("A100-PCIe-40GB", "V100-PCIe-32GB", "P4", "T4"))
-    assert effective_peak(a100, "gemm", "float32") == (19.5e12, "fp32")  # IEEE float32 (data.backends.cuda)
-    assert effective_peak(a100, "conv", "float32") == (19.5e12, "fp32")  # convolutions too: TF32 is dtype tf32
-    assert effective_peak(a100, "conv", "tf32") == (156e12, "tf32")
-    assert effective_peak(v100, "conv", "float32") == (14e12, "fp32")  # no TF32 before Ampere
-    assert effective_peak(v100, "gemm", "tf32") == (14e12, "fp32")
-    assert effective_peak(t4, "gemm", "float16") == (65e12, "tensor16")
-    assert effective_peak(p4, "gemm", "float16") == (5.5e12, "fp32_acc16")  # fp32 accumulate, not 1/64 fp16
-    assert effective_peak(v100, "gemm", "bfloat16") == (14e12, "fp32_acc16")  # no bf16 rate on Volta
+    # one math mode per dtype for every op, convolutions included (TF32 is dtype tf32)
+    assert effective_peak(a100, "float32") == (19.5e12, "fp32")  # IEEE float32 (data.backends.cuda)
+    assert effective_peak(a100, "tf32") == (156e12, "tf32")
+    assert effective_peak(v100, "float32") == (14e12, "fp32")
+    assert effective_peak(v100, "tf32") == (14e12, "fp32")  # no TF32 before Ampere
+    assert effective_peak(t4, "float16") == (65e12, "tensor16")
+    assert effective_peak(p4, "float16") == (5.5e12, "fp32_acc16")  # fp32 accumulate, not 1/64 fp16
+    assert effective_peak(v100, "bfloat16") == (14e12, "fp32_acc16")  # no bf16 rate on Volta
 
 
 def test_tensor_core_peak_scales_with_operand_alignment(registry):
