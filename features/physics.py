@@ -9,7 +9,9 @@ Math mode and peak (:func:`effective_peak`), as the project's cuda backend sets 
 ``fp32_math``: IEEE float32 unless the dtype is ``tf32``, for cuBLAS and cuDNN alike; the H200 set measured the
 same way: its float32 3x3 convolutions run at 22 TFLOP/s, a third of the fp32 FMA peak, not TF32's 495):
 
-* float32 (every op, convolutions included) runs on the CUDA cores: the fp32 FMA peak;
+* float32 (every op, convolutions included) runs on the CUDA cores: the fp32 FMA peak; except a conv measured with
+  PyTorch's default math (cuDNN's TF32 flag is on by default, matmul's is off; NeuSight's rows; a
+  ``conv_fp32_math`` column asks, :data:`CONV_MATHS`), which runs on the TF32 tensor cores where a GPU has them;
 * ``tf32``: the spec's TF32 tensor-core peak where it exists, else the fp32 peak;
 * float16 / bfloat16 GEMMs: PyTorch accumulates in fp32 (cuBLAS ``CUBLAS_COMPUTE_32F``), so a GPU with tensor /
   matrix cores runs them at the spec's tensor rate (fp32 accumulate) and a GPU without (Pascal: P4's native fp16
@@ -117,6 +119,15 @@ TIMES = ("compute_ms", "memory_ms", "physics_ms")
 HARNESSES = ("back_to_back", "per_call")
 DEFAULT_HARNESS = "back_to_back"
 SOURCE_HARNESS = {"neusight": "per_call"}  # source name prefix -> harness; other sources: back_to_back
+# float32 convolution math of the software that measured a row. ``ieee``: the project's cuda backend (``fp32_math``)
+# and the H200 set. ``tf32``: PyTorch's defaults (``torch.backends.cudnn.allow_tf32`` is True, while
+# ``cuda.matmul.allow_tf32`` is False since 1.12), so cuDNN runs float32 convolutions on the TF32 tensor cores of a
+# GPU that has them (Ampere and later); NeuSight measured with the defaults (PyTorch 2.1). A frame's
+# ``conv_fp32_math`` column where given, else from ``source`` (:data:`SOURCE_CONV_MATH`), else ``ieee``. Only a
+# float32 conv on a GPU with a TF32 peak changes (its math mode becomes ``tf32``); GEMMs keep IEEE float32.
+CONV_MATHS = ("ieee", "tf32")
+DEFAULT_CONV_MATH = "ieee"
+SOURCE_CONV_MATH = {"neusight": "tf32"}
 
 
 def harness_of(df: pd.DataFrame) -> np.ndarray:
@@ -135,6 +146,27 @@ def harness_of(df: pd.DataFrame) -> np.ndarray:
         if len(bad):
             raise FeatureError(f"row {bad[0]}: harness must be one of {', '.join(HARNESSES)}, got {values[bad[0]]!r}")
         out[named] = (values[named] == "per_call").astype(float)
+    return out
+
+
+def conv_tf32_of(df: pd.DataFrame) -> np.ndarray:
+    """True per row whose float32 convolutions ran in TF32 (:data:`CONV_MATHS`); a bad ``conv_fp32_math`` value is a
+    ``FeatureError`` naming the row."""
+    out = np.zeros(len(df), bool)
+    if "source" in df.columns:
+        source = df["source"].astype(str).to_numpy().astype(str)
+        for prefix, math in SOURCE_CONV_MATH.items():
+            out[np.char.startswith(source, prefix)] = math == "tf32"
+    if "conv_fp32_math" in df.columns:
+        given = df["conv_fp32_math"]
+        named = given.notna().to_numpy() & (given.astype(str).str.strip() != "").to_numpy()
+        values = given.astype(str).str.strip().to_numpy()
+        bad = np.flatnonzero(named & ~np.isin(values, CONV_MATHS))
+        if len(bad):
+            raise FeatureError(
+                f"row {bad[0]}: conv_fp32_math must be one of {', '.join(CONV_MATHS)}, got {values[bad[0]]!r}"
+            )
+        out[named] = values[named] == "tf32"
     return out
 
 
@@ -248,9 +280,12 @@ def _shape_table(df: pd.DataFrame) -> pd.DataFrame:
     return table.iloc[inverse].reset_index(drop=True)
 
 
-def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry) -> dict[str, np.ndarray]:
+def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.ndarray) -> dict[str, np.ndarray]:
     """Per row: effective peak and math mode, bandwidth, SMs, L2, from the spec (once per distinct hw/dtype)."""
-    pairs = pd.DataFrame({"h": df["hardware"].to_numpy(), "d": df["dtype"].to_numpy()})
+    dtype = df["dtype"].to_numpy(object)
+    # a float32 conv measured with cuDNN's TF32 default runs in the tf32 math mode (:data:`CONV_MATHS`)
+    dtype = np.where((family == "conv") & (dtype == "float32") & conv_tf32_of(df), "tf32", dtype)
+    pairs = pd.DataFrame({"h": df["hardware"].to_numpy(), "d": dtype})
     out = {k: np.zeros(len(df)) for k in ("peak", "fp32", "bw", "sms", "l2", "gpu")}
     out["mode"] = np.empty(len(df), dtype=object)
     for (h, d), idx in pairs.groupby(["h", "d"], sort=False).indices.items():
@@ -272,7 +307,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     """The physics frame of a description frame already normalised by ``TabularFeaturizer.check``."""
     shp = _shape_table(df)
     fam = shp["family"].to_numpy(object)
-    hw = _hardware_table(df, registry)
+    hw = _hardware_table(df, registry, fam)
     dtype = df["dtype"].to_numpy(object)
     dbytes = np.array([DTYPE_BYTES[d] for d in dtype], float)
     flops, nbytes = shp["flops"].to_numpy(float), shp["bytes"].to_numpy(float)

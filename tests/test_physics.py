@@ -86,6 +86,30 @@ def test_tensor_core_peak_scales_with_operand_alignment(registry):
     assert c[4] / c[3] == pytest.approx(1.0, rel=0.01)  # CUDA cores: no step
 
 
+def test_float32_convs_measured_with_pytorch_defaults_run_in_tf32(registry):
+    """NeuSight measured with PyTorch's defaults (cuDNN TF32 on, matmul TF32 off): its float32 convs on a GPU with
+    TF32 units are costed at the TF32 peak, its GEMMs and every conv on older GPUs stay IEEE; the project's own
+    backend (IEEE) is the default; ``conv_fp32_math`` asks for either, and a bad value is one clear error."""
+    conv = {"batch": 32, "c_in": 64, "c_out": 128, "h": 56, "w": 56, "kernel": 3, "stride": 1, "padding": 1}
+    rows = pd.concat(
+        [
+            describe("conv2d", "A100-PCIe-40GB", source="neusight@6945927", **conv),
+            describe("conv2d", "A100-PCIe-40GB", source="cuda", **conv),
+            describe("conv2d", "V100-PCIe-32GB", source="neusight@6945927", **conv),
+            describe("matmul", "A100-PCIe-40GB", source="neusight@6945927", m=4096, n=4096, k=4096),
+            describe("conv2d", "A100-PCIe-40GB", conv_fp32_math="tf32", **conv),
+            describe("conv2d", "A100-PCIe-40GB", source="neusight@6945927", conv_fp32_math="ieee", **conv),
+        ],
+        ignore_index=True,
+    )
+    X = PhysicsFeaturizer(registry).transform(rows)
+    assert list(X["mode_tf32"]) == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    c = X["compute_ms"].to_numpy()
+    assert c[1] / c[0] == pytest.approx(156 / 19.5, rel=0.01)  # 64-channel rows are 16-byte aligned in tf32
+    with pytest.raises(FeatureError, match="conv_fp32_math must be one of"):
+        PhysicsFeaturizer(registry).transform(describe("conv2d", "A100-PCIe-40GB", conv_fp32_math="fast", **conv))
+
+
 def test_gemm_tiles_and_waves(registry):
     X = PhysicsFeaturizer(registry).transform(
         pd.concat(
