@@ -107,6 +107,9 @@ HARDWARE = (
     "hw_log2_l2_bytes",
     "hw_is_gpu",
 )
+# The GPU's architecture (``vendor:architecture`` from the spec, '' where unknown): never a learner input; a GPU outside
+# training borrows the per-GPU correction of its nearest measured sibling of the same architecture (models.physics).
+ARCHITECTURE = "hw_architecture"
 HARDWARE_IDENTITY = HARDWARE[1:]  # the same for every row of one GPU (the math mode's peak varies with the dtype)
 SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
 TIMES = ("compute_ms", "memory_ms", "physics_ms")
@@ -288,6 +291,7 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
     pairs = pd.DataFrame({"h": df["hardware"].to_numpy(), "d": dtype})
     out = {k: np.zeros(len(df)) for k in ("peak", "fp32", "bw", "sms", "l2", "gpu")}
     out["mode"] = np.empty(len(df), dtype=object)
+    out["arch"] = np.full(len(df), "", dtype=object)
     for (h, d), idx in pairs.groupby(["h", "d"], sort=False).indices.items():
         spec = registry.get(h)
         if spec.kind not in ("gpu", "cpu"):
@@ -300,6 +304,7 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
         out["bw"][idx], out["sms"][idx] = spec.bandwidth_bytes_s, float(spec.sm_count)
         out["l2"][idx] = max(float(spec.l2_cache_mb), 0.25) * 2**20
         out["gpu"][idx] = float(spec.kind == "gpu")
+        out["arch"][idx] = f"{spec.vendor}:{spec.architecture}".lower() if spec.architecture else ""
     return out
 
 
@@ -357,6 +362,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["hw_log2_sm_count"] = np.log2(hw["sms"])
     X["hw_log2_l2_bytes"] = np.log2(hw["l2"])
     X["hw_is_gpu"] = hw["gpu"]
+    X[ARCHITECTURE] = hw["arch"]
     X["flops"], X["bytes"] = flops, nbytes
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3

@@ -45,6 +45,7 @@ import pandas as pd
 import xgboost as xgb
 
 from features.physics import (
+    ARCHITECTURE,
     FAMILIES,
     FEATURES,
     HARDWARE,
@@ -69,6 +70,12 @@ MIN_FIT_CORRECTION_ROWS = 30
 CORRECTION_ROWS_PER_ROUND = 10
 MAX_FIT_CORRECTION_ROUNDS = 300
 FLOOR_QUANTILE = 0.3  # the fastest 30% of a hardware's kernels of a family fix its floor
+# A GPU outside training borrows a measured sibling's correction (same architecture and math mode) only when their
+# spec positions (features.physics.HARDWARE_IDENTITY, log2 units) are this close (sum of squares): the variants of
+# one chip (V100 PCIe / SXM2 0.03, TITAN Xp / GTX 1080 Ti 0.07, A100 40 / 80 GB 0.1, H100 / H200 0.27), not two chips
+# of one generation (P4 / GTX 1080 Ti 3.3, P100 / TITAN Xp 4): leave-one-GPU-out, V100 PCIe 26.4 -> 9.4% MAPE, while
+# P4 7.7 -> 18.2% borrowing from GP102.
+BORROW_MAX_DISTANCE = 0.5
 MIN_FIT_FLOOR_ROWS = 10  # rows of a family on one hardware for the intercept fit
 MIN_FEW_FLOOR_ROWS = 3  # fewer than MIN_FIT_FLOOR_ROWS: floor = fastest kernel - its physics time, where its physics
 FLOOR_BOUND_SHARE = 0.1  # time is at most this share of its runtime (H200 attention in check d: 6 small rows, fastest
@@ -118,6 +125,13 @@ def physics_frame(X: pd.DataFrame, registry=None) -> pd.DataFrame:
 def families_of(X: pd.DataFrame) -> np.ndarray:
     onehot = X[[f"family_{f}" for f in FAMILIES]].to_numpy()
     return np.asarray(FAMILIES, dtype=object)[onehot.argmax(axis=1)]
+
+
+def architectures(X: pd.DataFrame) -> np.ndarray:
+    """Per row ``vendor:architecture`` ('' where unknown or the frame predates the column)."""
+    if ARCHITECTURE not in X.columns:
+        return np.full(len(X), "", dtype=object)
+    return X[ARCHITECTURE].fillna("").astype(str).to_numpy(object)
 
 
 def hardware_keys(X: pd.DataFrame) -> np.ndarray:
@@ -263,6 +277,7 @@ class PhysicsModel(CostModel):
         interval_hardware_folds: int = 8,
         harness_floors: bool = True,
         hardware_corrections: bool = True,
+        borrow_corrections: bool = True,
         random_state: int = 0,
         n_jobs: int = 1,
     ):
@@ -286,6 +301,7 @@ class PhysicsModel(CostModel):
         self.interval_hardware_folds = interval_hardware_folds
         self.harness_floors = harness_floors
         self.hardware_corrections = hardware_corrections
+        self.borrow_corrections = borrow_corrections
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -382,7 +398,15 @@ class PhysicsModel(CostModel):
             rounds = min(MAX_FIT_CORRECTION_ROUNDS, len(idx) // CORRECTION_ROWS_PER_ROUND)
             Xi = X.iloc[idx].reset_index(drop=True)
             corr = _fit_correction(Xi, floor[idx], kernel[idx], logy[idx], rounds, self.random_state)
-            corr.update(key=str(key), hardware="", rows=len(idx), origin="fit")
+            corr.update(
+                key=str(key),
+                hardware="",
+                rows=len(idx),
+                origin="fit",
+                architecture=str(architectures(Xi)[0]),
+                position=[float(v) for v in Xi[list(HARDWARE_IDENTITY)].iloc[0]],
+                harness=int(np.median(regime_index(Xi))),
+            )
             out.append(corr)
         return out
 
@@ -427,7 +451,33 @@ class PhysicsModel(CostModel):
                     floor[m] = floor[m] * c["floor_scale"]
                     kernel[m] = kernel[m] * np.exp(g)
                     which[m] = i
+            if self.borrow_corrections:
+                self._borrow(X, floor, kernel, which, modes)
         return floor, kernel, which
+
+    def _borrow(self, X: pd.DataFrame, floor, kernel, which, modes) -> None:
+        """Rows of a GPU outside training take the fit-time correction of the nearest measured GPU (spec position)
+        of the same architecture and math mode (in place): same SM design and library kernels, another clock,
+        bandwidth or SM count, which the physics already moves with. Kept out of ``which`` (not a calibration)."""
+        donors = [(i, c) for i, c in enumerate(self.corrections_) if c.get("origin") == "fit" and c.get("architecture")]
+        free = which < 0
+        if not donors or not free.any():
+            return
+        arch, H = architectures(X), X[list(HARDWARE_IDENTITY)].to_numpy(float)
+        for key in np.unique(modes[free]):
+            m = free & (modes == key)
+            first = np.flatnonzero(m)[0]
+            mode = key.rsplit("|", 1)[1]
+            near = [
+                (float(np.sum((np.asarray(c["position"]) - H[first]) ** 2)), i)
+                for i, c in donors
+                if c["architecture"] == arch[first] and c["key"].rsplit("|", 1)[1] == mode
+            ]
+            if near and min(near)[0] <= BORROW_MAX_DISTANCE:
+                c = self.corrections_[min(near)[1]]
+                same = regime_index(X[m]) == c.get("harness", -1)  # a floor scale is the donor harness's
+                floor[m] = floor[m] * np.where(same, c["floor_scale"], 1.0)
+                kernel[m] = kernel[m] * np.exp(_correction_margin(c, X[m]))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         X = physics_frame(X)

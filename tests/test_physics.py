@@ -150,7 +150,7 @@ def test_memory_bound_ops_move_with_bandwidth(registry):
 
 def test_a_measured_gpu_has_its_own_correction_per_math_mode():
     """Every training GPU and math mode with enough rows gets a correction; the unseen math modes of the H200 do not
-    (its bf16 rows are predicted by the shared model), and a spec variant of a measured GPU gets the shared model."""
+    (its bf16 rows are predicted by the shared model)."""
     model = fitted()
     keys = {c["key"] for c in model.corrections_}
     assert all(c["origin"] == "fit" for c in model.corrections_)
@@ -166,6 +166,28 @@ def test_a_measured_gpu_has_its_own_correction_per_math_mode():
         X[neusight_mask()].reset_index(drop=True), rows.loc[neusight_mask(), "runtime_ms"].to_numpy()
     )
     assert plain.corrections_ == []
+
+
+def test_a_new_variant_of_a_measured_chip_borrows_its_correction(registry):
+    """An unseen GPU close to a measured one of its architecture (A100 80 GB SXM4 next to the A100 PCIe 40 GB, the
+    H100 next to the H200) takes that GPU's correction for the same math mode, and still says it is unseen; one of
+    another architecture (L4, Ada) or far from every measured sibling (TITAN X Pascal vs the P4 / P100) does not."""
+    import copy
+
+    model = fitted()
+    shapes = [(512, 1024, 768), (2048, 2048, 2048), (96, 4096, 1000)]
+    gpus = ["A100-SXM4-80GB", "H100-SXM", "L4", "TITAN-X-Pascal"]
+    rows = pd.concat([describe("matmul", h, m=m, n=n, k=k) for h in gpus for m, n, k in shapes], ignore_index=True)
+    X = PhysicsFeaturizer(registry).transform(rows)
+    shared = copy.deepcopy(model)
+    shared.borrow_corrections = False
+    on, off = model.predict(X), shared.predict(X)
+    moved = ~np.isclose(on, off, rtol=1e-9)
+    assert list(moved.reshape(len(gpus), len(shapes)).all(axis=1)) == [True, True, False, False]
+    assert not model.predict_domain(X)["hardware_seen"].any()
+    donor = describe("matmul", "A100-PCIe-40GB", m=2048, n=2048, k=2048)  # the donor itself: its own correction
+    _, _, which = model._parts(PhysicsFeaturizer(registry).transform(donor))
+    assert which[0] >= 0
 
 
 def test_large_matmul_moves_with_physics_and_is_flagged(registry):
