@@ -71,11 +71,12 @@ CORRECTION_ROWS_PER_ROUND = 10
 MAX_FIT_CORRECTION_ROUNDS = 300
 FLOOR_QUANTILE = 0.3  # the fastest 30% of a hardware's kernels of a family fix its floor
 # A GPU outside training borrows a measured sibling's correction (same architecture and math mode) only when their
-# spec positions (features.physics.HARDWARE_IDENTITY, log2 units) are this close (sum of squares): the variants of
-# one chip (V100 PCIe / SXM2 0.03, TITAN Xp / GTX 1080 Ti 0.07, A100 40 / 80 GB 0.1, H100 / H200 0.27), not two chips
-# of one generation (P4 / GTX 1080 Ti 3.3, P100 / TITAN Xp 4): leave-one-GPU-out, V100 PCIe 26.4 -> 9.4% MAPE, while
-# P4 7.7 -> 18.2% borrowing from GP102.
-BORROW_MAX_DISTANCE = 0.5
+# spec positions (features.physics.HARDWARE_IDENTITY, log2 units) are closer than this (sum of squares), weighted by
+# 1 - distance / BORROW_MAX_DISTANCE (no step in the prediction as a spec moves): the variants of one chip (V100 PCIe
+# / SXM2 0.03, TITAN Xp / GTX 1080 Ti 0.07, A100 40 / 80 GB 0.1, H100 / H200 0.27), not two chips of one generation
+# (P4 / GTX 1080 Ti 3.3, P100 / TITAN Xp 4): leave-one-GPU-out, V100 PCIe 26.4 -> 8.7% MAPE, while P4 7.7 -> 18.2%
+# when it borrowed from GP102 (no limit). Limits 0.5, 1 and 2 give the same mean over 11 GPUs (20.4-20.5%).
+BORROW_MAX_DISTANCE = 1.0
 MIN_FIT_FLOOR_ROWS = 10  # rows of a family on one hardware for the intercept fit
 MIN_FEW_FLOOR_ROWS = 3  # fewer than MIN_FIT_FLOOR_ROWS: floor = fastest kernel - its physics time, where its physics
 FLOOR_BOUND_SHARE = 0.1  # time is at most this share of its runtime (H200 attention in check d: 6 small rows, fastest
@@ -473,11 +474,12 @@ class PhysicsModel(CostModel):
                 for i, c in donors
                 if c["architecture"] == arch[first] and c["key"].rsplit("|", 1)[1] == mode
             ]
-            if near and min(near)[0] <= BORROW_MAX_DISTANCE:
-                c = self.corrections_[min(near)[1]]
+            if near and min(near)[0] < BORROW_MAX_DISTANCE:
+                distance, i = min(near)
+                c, w = self.corrections_[i], 1.0 - distance / BORROW_MAX_DISTANCE  # fades out with the distance
                 same = regime_index(X[m]) == c.get("harness", -1)  # a floor scale is the donor harness's
-                floor[m] = floor[m] * np.where(same, c["floor_scale"], 1.0)
-                kernel[m] = kernel[m] * np.exp(_correction_margin(c, X[m]))
+                floor[m] = floor[m] * np.where(same, c["floor_scale"] ** w, 1.0)
+                kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, X[m]))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         X = physics_frame(X)

@@ -132,12 +132,14 @@ def test_gemm_tiles_and_waves(registry):
 
 def test_memory_bound_ops_move_with_bandwidth(registry):
     """A GPU with twice the bandwidth (all else equal) runs a large layernorm / add about twice as fast. Both are
-    spec variants no row was measured on (a measured GPU's own correction would apply to the A100 itself)."""
+    spec variants no row was measured on, of no known architecture (a measured GPU's own correction would apply to
+    the A100 itself, and a close variant of it would borrow that correction)."""
     model = fitted()
     a100 = registry.get("A100-PCIe-40GB")
     bw = a100.memory_bandwidth_gbs
     slow, fast = (
-        dataclasses.replace(a100, id=f"A100-{x}xBW", aliases=(), memory_bandwidth_gbs=x * bw) for x in (1.5, 3.0)
+        dataclasses.replace(a100, id=f"A100-{x}xBW", aliases=(), memory_bandwidth_gbs=x * bw, architecture=None)
+        for x in (1.5, 3.0)
     )
     reg = HardwareRegistry([*registry, slow, fast])
     for op in ("layernorm", "add"):
@@ -185,6 +187,14 @@ def test_a_new_variant_of_a_measured_chip_borrows_its_correction(registry):
     moved = ~np.isclose(on, off, rtol=1e-9)
     assert list(moved.reshape(len(gpus), len(shapes)).all(axis=1)) == [True, True, False, False]
     assert not model.predict_domain(X)["hardware_seen"].any()
+    # the borrowed share fades with the distance: a spec variant further from the A100 moves toward the shared model
+    a100 = registry.get("A100-PCIe-40GB")
+    far = [dataclasses.replace(a100, id=f"A100-{x}xBW", aliases=(), memory_bandwidth_gbs=x * 1555) for x in (1.2, 1.6)]
+    Xv = PhysicsFeaturizer(HardwareRegistry([*registry, *far])).transform(
+        pd.concat([describe("matmul", h.id, m=2048, n=2048, k=2048) for h in far], ignore_index=True)
+    )
+    log_shift = np.abs(np.log(model.predict(Xv) / shared.predict(Xv)))
+    assert log_shift[0] > log_shift[1] > 0
     donor = describe("matmul", "A100-PCIe-40GB", m=2048, n=2048, k=2048)  # the donor itself: its own correction
     _, _, which = model._parts(PhysicsFeaturizer(registry).transform(donor))
     assert which[0] >= 0
