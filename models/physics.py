@@ -445,15 +445,19 @@ class PhysicsModel(CostModel):
         if self.corrections_:
             keys = hardware_keys(X)
             modes = mode_keys(X, keys)
-            for i, c in enumerate(self.corrections_):  # fit-time ones per GPU and math mode, calibrated per GPU
-                m = (modes if c.get("origin") == "fit" else keys) == c["key"]
-                if m.any():
-                    g = _correction_margin(c, X[m])
-                    floor[m] = floor[m] * c["floor_scale"]
-                    kernel[m] = kernel[m] * np.exp(g)
-                    which[m] = i
-            if self.borrow_corrections:
-                self._borrow(X, floor, kernel, which, modes)
+            # a measured GPU's own fit-time correction (per math mode); else a measured sibling's (borrowed); then a
+            # calibrated GPU's correction on top (calibrate fitted it on that same base)
+            for fit in (True, False):
+                for i, c in enumerate(self.corrections_):
+                    if (c.get("origin") == "fit") != fit:
+                        continue
+                    m = (modes if fit else keys) == c["key"]
+                    if m.any():
+                        floor[m] = floor[m] * c["floor_scale"]
+                        kernel[m] = kernel[m] * np.exp(_correction_margin(c, X[m]))
+                        which[m] = i
+                if fit and self.borrow_corrections:
+                    self._borrow(X, floor, kernel, which, modes)
         return floor, kernel, which
 
     def _borrow(self, X: pd.DataFrame, floor, kernel, which, modes) -> None:
@@ -560,8 +564,9 @@ class PhysicsModel(CostModel):
         boosted correction g(x) of log kernel time on the dimensionless features (depth-3 trees; the number of
         rounds in :data:`CORRECTION_ROUNDS` chosen by 5-fold cross-validation on the new rows, so 10 rows mostly
         buy the bias and 100 rows a shape-dependent correction). Rows of that hardware (same spec position) are
-        then predicted as ``floor_scale * floor + kernel * exp(g(x))`` with an interval from the out-of-fold
-        errors; other hardware is predicted as before. Raises ValueError (one line) for too few or bad rows.
+        then predicted as ``floor_scale * floor + kernel * exp(g(x))`` (floor and kernel: the model's answer without
+        that GPU's own corrections, i.e. shared or borrowed from a measured sibling) with an interval from the
+        out-of-fold errors; other hardware is predicted as before. Raises ValueError (one line) for too few or bad rows.
         """
         if not hasattr(self, "floors_"):
             raise ValueError("calibrate: fit the model first")
@@ -581,8 +586,11 @@ class PhysicsModel(CostModel):
         keys = np.unique(hardware_keys(X_new))
         if len(keys) != 1:
             raise ValueError(f"calibrate: rows must come from one hardware, got {len(keys)} different spec positions")
-        base_floor = self._floor(X_new)
-        base_kernel = X_new["physics_ms"].to_numpy(float) / self.efficiency(X_new)
+        new = copy.deepcopy(self)
+        # the calibrated correction replaces what the model had for that GPU (its fit-time ones included) and starts
+        # from what the model says without them: the shared model, or a measured sibling's borrowed correction
+        new.corrections_ = [c for c in self.corrections_ if c["key"].split("|")[0] != str(keys[0])]
+        base_floor, base_kernel, _ = new._parts(X_new)
         logy = np.log(y_new)
         rounds, oof = self._choose_rounds(X_new, base_floor, base_kernel, logy)
         corr = _fit_correction(X_new, base_floor, base_kernel, logy, rounds, self.random_state)
@@ -596,9 +604,7 @@ class PhysicsModel(CostModel):
             mape_before=float(np.mean(np.abs(np.exp(base_log - logy) - 1)) * 100),
             mape_out_of_fold=float(np.mean(np.abs(np.exp(oof - logy) - 1)) * 100),
         )
-        new = copy.deepcopy(self)
-        # the calibrated correction replaces what the model had for that GPU (its fit-time ones included)
-        new.corrections_ = [c for c in self.corrections_ if c["key"].split("|")[0] != corr["key"]] + [corr]
+        new.corrections_.append(corr)
         new.domain_ = copy.deepcopy(self.domain_).add_hardware(X_new)
         return new
 

@@ -291,6 +291,26 @@ def test_calibrate_learns_a_new_gpu_from_its_rows():
     assert set(dom["calibrated_on"]) == {"H200-SXM"} and dom["hardware_seen"].all()
 
 
+def test_calibrating_a_variant_starts_from_the_borrowed_correction(registry):
+    """A new variant of a measured chip is calibrated on top of its sibling's borrowed correction (the model's own
+    zero-shot answer), not on the bare shared model: the correction's ``mape_before`` is the borrowing model's error
+    on the new rows."""
+    import copy
+
+    rows, model = small_rows(), fitted()
+    a100 = np.flatnonzero((rows["hardware"] == "A100-PCIe-40GB").to_numpy())[:40]
+    variant = rows.iloc[a100].assign(hardware="A100-SXM4-80GB").reset_index(drop=True)  # stands in for its rows
+    X, y = PhysicsFeaturizer(registry).transform(variant), variant["runtime_ms"].to_numpy()
+    shared = copy.deepcopy(model)
+    shared.borrow_corrections = False
+    tuned, plain = model.calibrate(X, y, hardware="A100-SXM4-80GB"), shared.calibrate(X, y, hardware="A100-SXM4-80GB")
+    borrowed_error = np.mean(np.abs(model.predict(X) / y - 1)) * 100
+    shared_error = np.mean(np.abs(shared.predict(X) / y - 1)) * 100
+    assert tuned.corrections_[-1]["mape_before"] == pytest.approx(borrowed_error)
+    assert plain.corrections_[-1]["mape_before"] == pytest.approx(shared_error)
+    assert borrowed_error != pytest.approx(shared_error)
+
+
 def test_calibrate_rejects_bad_rows():
     rows, X = small_rows(), small_frame()
     model = fitted()
