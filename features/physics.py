@@ -133,44 +133,34 @@ DEFAULT_CONV_MATH = "ieee"
 SOURCE_CONV_MATH = {"neusight": "tf32"}
 
 
-def harness_of(df: pd.DataFrame) -> np.ndarray:
-    """1.0 per row timed ``per_call``, 0.0 ``back_to_back`` (see :data:`HARNESSES`); a bad ``harness`` value is a
-    ``FeatureError`` naming the row."""
-    out = np.zeros(len(df))
+def row_setting(df: pd.DataFrame, column: str, choices: tuple, by_source: dict, default: str) -> np.ndarray:
+    """Per row a setting of the software that measured it: the ``column`` where given, else from the row's ``source``
+    (name prefix -> value, ``by_source``), else ``default``; a value not in ``choices`` is a ``FeatureError`` naming
+    the row."""
+    out = np.full(len(df), default, dtype=object)
     if "source" in df.columns:
-        source = df["source"].astype(str).to_numpy()
-        for prefix, harness in SOURCE_HARNESS.items():
-            out[np.char.startswith(source.astype(str), prefix)] = float(harness == "per_call")
-    if "harness" in df.columns:
-        given = df["harness"]
+        source = df["source"].astype(str).to_numpy().astype(str)
+        for prefix, value in by_source.items():
+            out[np.char.startswith(source, prefix)] = value
+    if column in df.columns:
+        given = df[column]
         named = given.notna().to_numpy() & (given.astype(str).str.strip() != "").to_numpy()
         values = given.astype(str).str.strip().to_numpy()
-        bad = np.flatnonzero(named & ~np.isin(values, HARNESSES))
+        bad = np.flatnonzero(named & ~np.isin(values, choices))
         if len(bad):
-            raise FeatureError(f"row {bad[0]}: harness must be one of {', '.join(HARNESSES)}, got {values[bad[0]]!r}")
-        out[named] = (values[named] == "per_call").astype(float)
+            raise FeatureError(f"row {bad[0]}: {column} must be one of {', '.join(choices)}, got {values[bad[0]]!r}")
+        out[named] = values[named]
     return out
+
+
+def harness_of(df: pd.DataFrame) -> np.ndarray:
+    """1.0 per row timed ``per_call``, 0.0 ``back_to_back`` (see :data:`HARNESSES`)."""
+    return (row_setting(df, "harness", HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS) == "per_call").astype(float)
 
 
 def conv_tf32_of(df: pd.DataFrame) -> np.ndarray:
-    """True per row whose float32 convolutions ran in TF32 (:data:`CONV_MATHS`); a bad ``conv_fp32_math`` value is a
-    ``FeatureError`` naming the row."""
-    out = np.zeros(len(df), bool)
-    if "source" in df.columns:
-        source = df["source"].astype(str).to_numpy().astype(str)
-        for prefix, math in SOURCE_CONV_MATH.items():
-            out[np.char.startswith(source, prefix)] = math == "tf32"
-    if "conv_fp32_math" in df.columns:
-        given = df["conv_fp32_math"]
-        named = given.notna().to_numpy() & (given.astype(str).str.strip() != "").to_numpy()
-        values = given.astype(str).str.strip().to_numpy()
-        bad = np.flatnonzero(named & ~np.isin(values, CONV_MATHS))
-        if len(bad):
-            raise FeatureError(
-                f"row {bad[0]}: conv_fp32_math must be one of {', '.join(CONV_MATHS)}, got {values[bad[0]]!r}"
-            )
-        out[named] = values[named] == "tf32"
-    return out
+    """True per row whose float32 convolutions ran in TF32 (:data:`CONV_MATHS`)."""
+    return row_setting(df, "conv_fp32_math", CONV_MATHS, SOURCE_CONV_MATH, DEFAULT_CONV_MATH) == "tf32"
 
 
 def has_matrix_units(spec: HardwareSpec) -> bool:
