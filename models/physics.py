@@ -562,8 +562,9 @@ class PhysicsModel(CostModel):
 
         On the new rows: a scale of the launch floors and a log-bias of the kernel time (grid search), then a
         boosted correction g(x) of log kernel time on the dimensionless features (depth-3 trees; the number of
-        rounds in :data:`CORRECTION_ROUNDS` chosen by 5-fold cross-validation on the new rows, so 10 rows mostly
-        buy the bias and 100 rows a shape-dependent correction). Rows of that hardware (same spec position) are
+        rounds in :data:`CORRECTION_ROUNDS` chosen by 5-fold cross-validation on the new rows, leave-one-out under
+        20 rows, so 10 rows mostly buy the bias and 100 rows a shape-dependent correction; none at all when none
+        beats the model's own answer out of fold). Rows of that hardware (same spec position) are
         then predicted as ``floor_scale * floor + kernel * exp(g(x))`` (floor and kernel: the model's answer without
         that GPU's own corrections, i.e. shared or borrowed from a measured sibling) with an interval from the
         out-of-fold errors; other hardware is predicted as before. Raises ValueError (one line) for too few or bad rows.
@@ -593,7 +594,10 @@ class PhysicsModel(CostModel):
         base_floor, base_kernel, _ = new._parts(X_new)
         logy = np.log(y_new)
         rounds, oof = self._choose_rounds(X_new, base_floor, base_kernel, logy)
-        corr = _fit_correction(X_new, base_floor, base_kernel, logy, rounds, self.random_state)
+        if rounds < 0:  # the model's own answer is better out of fold than any correction of it from these rows
+            corr = {"floor_scale": 1.0, "bias": 0.0, "rounds": 0, "booster": None}
+        else:
+            corr = _fit_correction(X_new, base_floor, base_kernel, logy, rounds, self.random_state)
         base_log = np.log(base_floor + base_kernel)
         corr.update(
             key=str(keys[0]),
@@ -610,8 +614,11 @@ class PhysicsModel(CostModel):
 
     def _choose_rounds(self, X, floor, kernel, logy) -> tuple[int, np.ndarray]:
         n = len(X)
-        folds = np.random.default_rng(self.random_state).permutation(n) % min(5, n)
-        best, best_oof = None, None
+        folds = np.random.default_rng(self.random_state).permutation(n) % (
+            n if n < 20 else 5
+        )  # few rows: leave one out
+        base = np.log(floor + kernel)  # no correction at all (-1): kept when no fitted one beats it out of fold
+        best, best_oof = (float(np.mean((base - logy) ** 2)), -1), base
         for rounds in CORRECTION_ROUNDS:
             if rounds and n < 20:  # too few rows for trees: the floor scale and the bias only
                 continue
@@ -622,7 +629,7 @@ class PhysicsModel(CostModel):
                 g = _correction_margin(c, X[te])
                 oof[te] = np.log(floor[te] * c["floor_scale"] + kernel[te] * np.exp(g))
             loss = float(np.mean((oof - logy) ** 2))
-            if best is None or loss < best[0] - 1e-12:
+            if loss < best[0] - 1e-12:
                 best, best_oof = (loss, rounds), oof
         return best[1], best_oof
 
