@@ -481,9 +481,10 @@ class PhysicsModel(CostModel):
             if near and min(near)[0] < BORROW_MAX_DISTANCE:
                 distance, i = min(near)
                 c, w = self.corrections_[i], 1.0 - distance / BORROW_MAX_DISTANCE  # fades out with the distance
-                same = regime_index(X[m]) == c.get("harness", -1)  # a floor scale is the donor harness's
+                Xm = X[m]
+                same = regime_index(Xm) == c.get("harness", -1)  # a floor scale is the donor harness's
                 floor[m] = floor[m] * np.where(same, c["floor_scale"] ** w, 1.0)
-                kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, X[m]))
+                kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, Xm))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         X = physics_frame(X)
@@ -614,9 +615,8 @@ class PhysicsModel(CostModel):
 
     def _choose_rounds(self, X, floor, kernel, logy) -> tuple[int, np.ndarray]:
         n = len(X)
-        folds = np.random.default_rng(self.random_state).permutation(n) % (
-            n if n < 20 else 5
-        )  # few rows: leave one out
+        n_folds = n if n < 20 else 5  # few rows: leave one out
+        folds = np.random.default_rng(self.random_state).permutation(n) % n_folds
         base = np.log(floor + kernel)  # no correction at all (-1): kept when no fitted one beats it out of fold
         best, best_oof = (float(np.mean((base - logy) ** 2)), -1), base
         for rounds in CORRECTION_ROUNDS:
