@@ -113,15 +113,18 @@ ARCHITECTURE = "hw_architecture"
 HARDWARE_IDENTITY = HARDWARE[1:]  # the same for every row of one GPU (the math mode's peak varies with the dtype)
 SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
 TIMES = ("compute_ms", "memory_ms", "physics_ms")
-# The timing harness a runtime was measured with: a property of the harness, not of the GPU, that decides the launch
-# floor under a short kernel. ``back_to_back``: windows of back-to-back calls (the cuda backend, the H200 set,
-# DeepBench's host loop, the CPU backend's blocked_autorange): launch throughput, 5-20 us on a GPU. ``per_call``:
-# each call timed alone between two CUDA events (NeuSight): launch latency + dispatch, 30-70 us. A frame's
-# ``harness_per_call`` column: from a ``harness`` column where given, else from ``source`` (:data:`SOURCE_HARNESS`),
-# else the default, ``back_to_back`` (what a model is asked for: a kernel in a stream of kernels).
-HARNESSES = ("back_to_back", "per_call")
+# The timing harness a runtime was measured with: a property of the harness and the software stack, not of the GPU,
+# that decides the launch floor under a short kernel. ``back_to_back``: windows of back-to-back calls through a
+# framework (PyTorch eager: the cuda backend, the H200 set; the CPU backend's blocked_autorange): the host's dispatch
+# per call, 7-30 us on a GPU (H200 set: GEMM ~10, conv ~25, SDPA ~30 us). ``per_call``: each call timed alone between
+# two CUDA events (NeuSight): launch latency + dispatch, 30-130 us. ``library_loop``: a C++ benchmark's host loop
+# calling the library directly (DeepBench: cuBLAS / cuDNN, no framework dispatch), 3-25 us. A frame's
+# ``harness_index`` column (index into :data:`HARNESSES`): from a ``harness`` column where given, else from
+# ``source`` (:data:`SOURCE_HARNESS`), else the default, ``back_to_back`` (what a model is asked for: a kernel in a
+# stream of framework calls).
+HARNESSES = ("back_to_back", "per_call", "library_loop")
 DEFAULT_HARNESS = "back_to_back"
-SOURCE_HARNESS = {"neusight": "per_call"}  # source name prefix -> harness; other sources: back_to_back
+SOURCE_HARNESS = {"neusight": "per_call", "deepbench": "library_loop"}  # source name prefix -> harness
 # float32 convolution math of the software that measured a row. ``ieee``: the project's cuda backend (``fp32_math``)
 # and the H200 set. ``tf32``: PyTorch's defaults (``torch.backends.cudnn.allow_tf32`` is True, while
 # ``cuda.matmul.allow_tf32`` is False since 1.12), so cuDNN runs float32 convolutions on the TF32 tensor cores of a
@@ -154,8 +157,9 @@ def row_setting(df: pd.DataFrame, column: str, choices: tuple, by_source: dict, 
 
 
 def harness_of(df: pd.DataFrame) -> np.ndarray:
-    """1.0 per row timed ``per_call``, 0.0 ``back_to_back`` (see :data:`HARNESSES`)."""
-    return (row_setting(df, "harness", HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS) == "per_call").astype(float)
+    """Per row the index of its timing harness in :data:`HARNESSES` (float)."""
+    names = row_setting(df, "harness", HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS)
+    return pd.Categorical(names, categories=HARNESSES).codes.astype(float)
 
 
 def conv_tf32_of(df: pd.DataFrame) -> np.ndarray:
@@ -356,7 +360,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["flops"], X["bytes"] = flops, nbytes
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
-    X["harness_per_call"] = harness_of(df)
+    X["harness_index"] = harness_of(df)
     return pd.DataFrame(X)
 
 

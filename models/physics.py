@@ -82,10 +82,15 @@ MIN_FEW_FLOOR_ROWS = 3  # fewer than MIN_FIT_FLOOR_ROWS: floor = fastest kernel 
 FLOOR_BOUND_SHARE = 0.1  # time is at most this share of its runtime (H200 attention in check d: 6 small rows, fastest
 # 30.4 us of which 0.5 us physics, where the median of the other families' floors said 8.7 us)
 MIN_FLOOR_MS = 1e-3
-# back-to-back floor / per-call floor, for a harness no training row was timed with: launch throughput against launch
-# latency + event timing. Measured on the real sets with neither the H200 nor a CPU (estimate_floors on NeuSight, per
-# call, and DeepBench, back to back, of the same GPU generations): GEMM 8.6 / 31.2 us = 0.28, conv 24.5 / 70.7 = 0.35.
-BACK_TO_BACK_OVER_PER_CALL = 0.3
+# a line's intercept says the floor only where the fastest kernel's physics time is at most this share of its runtime
+# and the intercept is above MIN_FLOOR_MS (the H200 set's float32 elementwise and norm kernels are all bandwidth-bound
+# or run at half the bandwidth, 7-25 us of which 6-20 us physics: their intercepts, clipped, said a 1 us floor)
+FLOOR_FIT_SHARE = 0.75
+# a harness's floor / the per-call floor, for a harness no training row was timed with: launch throughput (or host
+# dispatch) against launch latency + event timing. Measured on the real sets (estimate_floors): DeepBench's library
+# loop against NeuSight's per-call timing on the same GPU generations, GEMM 8.6 / 31.2 us = 0.28, conv 24.5 / 70.7 =
+# 0.35; the H200 set's PyTorch stream against NeuSight, GEMM 10 / 33 us, softmax 8 / 16, layernorm 9 / 55.
+OVER_PER_CALL = {"back_to_back": 0.3, "per_call": 1.0, "library_loop": 0.3}
 # the columns of one (op, dtype, shape), whatever the hardware: the grouping key of the held-out-shape folds
 SHAPE_KEY = (
     "flops",
@@ -152,16 +157,15 @@ def shape_keys(X: pd.DataFrame) -> np.ndarray:
     return pd.util.hash_pandas_object(X[list(SHAPE_KEY)].round(9), index=False).to_numpy()
 
 
-FLOOR_REGIMES = (*HARNESSES, "cpu")  # a GPU timed back to back / per call; a CPU (its own dispatch floor)
+FLOOR_REGIMES = (*HARNESSES, "cpu")  # a GPU timed with each harness; a CPU (its own dispatch floor)
+CPU_REGIME = len(HARNESSES)
 
 
 def regime_index(X: pd.DataFrame) -> np.ndarray:
     """Per row its launch-floor regime (:data:`FLOOR_REGIMES`): a CPU row ``cpu``, a GPU row its timing harness
-    (``features.physics.HARNESSES``, column ``harness_per_call``; a frame without it: back to back)."""
-    harness = (
-        X["harness_per_call"].to_numpy(float).astype(int) if "harness_per_call" in X.columns else np.zeros(len(X), int)
-    )
-    return np.where(X["hw_is_gpu"].to_numpy(float) > 0, harness, 2)
+    (``features.physics.HARNESSES``, column ``harness_index``; a frame without it: back to back)."""
+    harness = X["harness_index"].to_numpy(float).astype(int) if "harness_index" in X.columns else np.zeros(len(X), int)
+    return np.where(X["hw_is_gpu"].to_numpy(float) > 0, harness, CPU_REGIME)
 
 
 def _family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str, float]:
@@ -182,10 +186,14 @@ def _family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str
                 if phys[fastest] <= FLOOR_BOUND_SHARE * y[fastest]:
                     few.append(float(np.clip(y[fastest] - phys[fastest], MIN_FLOOR_MS, y[fastest])))
                 continue
+            fastest = idx[np.argmin(y[idx])]
+            if phys[fastest] > FLOOR_FIT_SHARE * y[fastest]:  # no kernel shows the floor
+                continue
             low = idx[phys[idx] <= np.quantile(phys[idx], FLOOR_QUANTILE)]
             A = np.column_stack([np.ones(len(low)), phys[low]]) / y[low, None]  # relative least squares
             a, _ = np.linalg.lstsq(A, np.ones(len(low)), rcond=None)[0]
-            intercepts.append(float(np.clip(a, MIN_FLOOR_MS, y[idx].min())))
+            if a > MIN_FLOOR_MS:  # else the line says nothing of the floor
+                intercepts.append(float(min(a, y[idx].min())))
         if intercepts or few:  # the fitted intercepts where any hardware has enough rows, else the few-row ones
             floors[f] = float(np.median(intercepts or few))
     return floors
@@ -196,30 +204,34 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     ms}}``.
 
     ``by_harness``: each GPU harness (``features.physics.HARNESSES``) from its own rows; a family one harness lacks
-    gets the other harness's floor times the median ratio of the two over the families both have (a harness's floor
-    scales alike across families), or the other's as is; a harness with no row at all gets the other's times
-    :data:`BACK_TO_BACK_OVER_PER_CALL` (or its inverse); a family no row has, the median of the others. A CPU's
-    floor comes from CPU rows (else the back-to-back GPU floor). Without ``by_harness`` every regime gets the
-    floors of all rows (one floor per family, whatever measured it)."""
+    comes from another harness that has it (those sharing the most families first), times the median ratio of the
+    two over the families both have (a harness's floor scales alike across families), or times the ratio of their
+    priors (:data:`OVER_PER_CALL`) where they share none (a harness with no row at all); a family no row has, the
+    median of the others. A CPU's floor comes from CPU rows (else the back-to-back GPU floor). Without
+    ``by_harness`` every regime gets the floors of all rows (one floor per family, whatever measured it)."""
     regime = regime_index(X)
     pooled = _family_floors(X, y, np.ones(len(X), bool)) or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
     if not by_harness:
         return {r: {f: float(pooled.get(f, np.median(list(pooled.values())))) for f in FAMILIES} for r in FLOOR_REGIMES}
     own = [_family_floors(X, y, regime == i) for i in range(len(FLOOR_REGIMES))]
-    if not own[0] and not own[1]:  # no GPU row: both GPU harnesses from all rows
-        own[0] = own[1] = dict(pooled)
+    gpu = range(CPU_REGIME)
+    if not any(own[i] for i in gpu):  # no GPU row: every GPU harness from all rows
+        for i in gpu:
+            own[i] = dict(pooled)
     out = {}
-    for i in (0, 1):
-        mine, other = own[i], own[1 - i]
-        shared = [f for f in mine if f in other]
-        if shared:
-            ratio = float(np.median([mine[f] / other[f] for f in shared]))
-        elif mine:
-            ratio = 1.0
-        else:  # no row timed with this harness: the other harness's floors, scaled by the prior
-            ratio = BACK_TO_BACK_OVER_PER_CALL if i == 0 else 1.0 / BACK_TO_BACK_OVER_PER_CALL
-        out[FLOOR_REGIMES[i]] = {**{f: v * ratio for f, v in other.items()}, **mine}
-    out["cpu"] = {**out[FLOOR_REGIMES[0]], **own[2]}
+    for i in gpu:
+        mine = dict(own[i])
+        others = sorted((j for j in gpu if j != i and own[j]), key=lambda j: (-len(own[i].keys() & own[j].keys()), j))
+        for j in others:
+            shared = [f for f in own[i] if f in own[j]]
+            if shared:
+                ratio = float(np.median([own[i][f] / own[j][f] for f in shared]))
+            else:
+                ratio = OVER_PER_CALL[HARNESSES[i]] / OVER_PER_CALL[HARNESSES[j]]
+            for f, v in own[j].items():
+                mine.setdefault(f, v * ratio)
+        out[HARNESSES[i]] = mine
+    out["cpu"] = {**out[HARNESSES[0]], **own[CPU_REGIME]}
     for r, floors in out.items():
         default = float(np.median(list(floors.values())))
         out[r] = {f: float(floors.get(f, default)) for f in FAMILIES}
@@ -406,7 +418,7 @@ class PhysicsModel(CostModel):
                 origin="fit",
                 architecture=str(architectures(Xi)[0]),
                 position=[float(v) for v in Xi[list(HARDWARE_IDENTITY)].iloc[0]],
-                harness=int(np.median(regime_index(Xi))),
+                harness=int(np.bincount(regime_index(Xi)).argmax()),
             )
             out.append(corr)
         return out
@@ -658,7 +670,10 @@ class PhysicsModel(CostModel):
     def _load_payload(self, path: Path) -> None:
         state = json.loads((path / "physics.json").read_text())
         floors = state["floors"]  # saved before floors were per regime: one table for every regime
-        self.floors_ = floors if set(floors) == set(FLOOR_REGIMES) else {r: dict(floors) for r in FLOOR_REGIMES}
+        if not all(isinstance(v, dict) for v in floors.values()):  # saved before floors were per regime
+            floors = {r: dict(floors) for r in FLOOR_REGIMES}
+        # saved before the library loop was a harness of its own: it had the back-to-back floor
+        self.floors_ = {r: dict(floors.get(r, floors["back_to_back"])) for r in FLOOR_REGIMES}
         self.base_margin_ = state["base_margin"]
         if "bounds" not in state:  # saved before the per-family bound: one bound for every family, as it was trained
             self.e_max_gemm = self.e_max
