@@ -15,12 +15,13 @@ the spec's boost clock beats the peak (1.07 seen on a GTX 1080 Ti), so no tree l
 GEMM outside the training data.
 
 ``floor`` is the launch / dispatch floor per op family and regime: the intercept of runtime against physics time
-over each training hardware's fastest 30% of kernels, the median over hardware. It belongs to the software stack and
-the timing harness rather than the GPU (NeuSight's per-call timing: 30-50 us for a GEMM, ~150 us for a cuDNN conv;
-back-to-back timing, the H200 set and DeepBench: 3-25 us), so the regime (:data:`FLOOR_REGIMES`) is the harness of
-a GPU row (``features.physics.HARNESSES``: from the row's ``harness`` or ``source``; a prediction's default is
-back to back) or ``cpu`` (a CPU's eager dispatch); ``harness_floors=False`` pools them (one floor per family, what
-the first version did). It is re-scaled by :meth:`PhysicsModel.calibrate`.
+over each training hardware's fastest 30% of kernels, the median over hardware, where a kernel shows it. It belongs
+to the software stack and the timing harness rather than the GPU (NeuSight's per-call timing: 30-50 us for a GEMM,
+~120 us for a cuDNN conv; a PyTorch stream, the H200 set: 10 us per GEMM, 28 us per SDPA; DeepBench's C++ loop:
+3-25 us), so the regime (:data:`FLOOR_REGIMES`) is the harness of a GPU row (``features.physics.HARNESSES``: from
+the row's ``harness`` or ``source``; a prediction's default is back to back) or ``cpu`` (a CPU's eager dispatch);
+``harness_floors=False`` pools them (one floor per family, what the first version did). It is re-scaled by
+:meth:`PhysicsModel.calibrate`.
 
 Learners (``learner``), both fitted on the loss that matters, (log runtime - log y)^2, through the floor:
 
