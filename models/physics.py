@@ -26,8 +26,8 @@ the row's ``harness`` or ``source``; a prediction's default is back to back) or 
 Learners (``learner``), both fitted on the loss that matters, (log runtime - log y)^2, through the floor:
 
 * ``xgb``: XGBoost with a custom objective on the margin f (gradient through the sigmoid and the floor) and
-  monotone constraints where physics orders the efficiency (:data:`MONOTONE`: a fuller tail wave, fuller tiles and
-  wider-aligned operands never make a kernel less efficient);
+  monotone constraints where physics orders the efficiency (:data:`MONOTONE`: a fuller tail wave, fuller tiles, a
+  longer main loop per CTA and wider-aligned operands never make a kernel less efficient);
 * ``mlp``: a small Lightning MLP with the same sigmoid head and loss (no monotone constraints).
 
 Each prediction has a domain of validity and an interval (:meth:`PhysicsModel.predict_domain`, ``models.domain``),
@@ -61,7 +61,9 @@ from models.domain import Domain, calibrate_widening, conformal, widen
 
 LEARNERS = ("xgb", "mlp")
 BOUNDED_FAMILIES = ("gemm", "attention")  # efficiency bound e_max_gemm: the physics counts the FLOPs they do
-MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1}
+# a fuller tail wave, fuller tiles, wider-aligned operands and a longer main loop per CTA (K per split-K slice: the
+# prologue / epilogue amortised over more steps) never make a kernel less efficient
+MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_per_split": 1}
 MIN_CALIBRATION_ROWS = 5
 MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
 CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-validation on the new GPU's rows

@@ -230,13 +230,15 @@ def test_efficiency_stays_in_bounds():
     assert np.all(eff > 0) and np.all(eff <= model.e_max)
 
 
-def test_monotone_in_tail_occupancy():
-    """A fuller tail wave never lowers the learned efficiency (a monotone constraint of the xgb learner)."""
+@pytest.mark.parametrize("column, low, high", [("tail_occupancy", 0.1, 1.0), ("log2_k_per_split", 4.0, 14.0)])
+def test_monotone_where_physics_orders_the_efficiency(column, low, high):
+    """A fuller tail wave or a longer main loop per CTA never lowers the learned efficiency (monotone constraints of
+    the xgb learner)."""
     model = fitted()
     X = small_frame()
     X = X[X["family_gemm"] == 1].head(50).reset_index(drop=True)
     lo, hi = X.copy(), X.copy()
-    lo["tail_occupancy"], hi["tail_occupancy"] = 0.1, 1.0
+    lo[column], hi[column] = low, high
     assert np.all(model.efficiency(hi) >= model.efficiency(lo) - 1e-9)
 
 
