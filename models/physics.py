@@ -92,7 +92,8 @@ FLOOR_FIT_SHARE = 0.75
 # a harness's floor / the per-call floor, for a harness no training row was timed with: launch throughput (or host
 # dispatch) against launch latency + event timing. Measured on the real sets (estimate_floors): DeepBench's library
 # loop against NeuSight's per-call timing on the same GPU generations, GEMM 8.6 / 31.2 us = 0.28, conv 24.5 / 70.7 =
-# 0.35; the H200 set's PyTorch stream against NeuSight, GEMM 10 / 33 us, softmax 8 / 16, layernorm 9 / 55.
+# 0.35; the H200 set's PyTorch stream against NeuSight, GEMM 10.2 / 33.1 us = 0.31, conv 21.2 / 120.6 = 0.18, softmax
+# 8.7 / 19.8 = 0.44.
 OVER_PER_CALL = {"back_to_back": 0.3, "per_call": 1.0, "library_loop": 0.3}
 # the columns of one (op, dtype, shape), whatever the hardware: the grouping key of the held-out-shape folds
 SHAPE_KEY = (
@@ -172,9 +173,10 @@ def regime_index(X: pd.DataFrame) -> np.ndarray:
 
 
 def _family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str, float]:
-    """Launch floor (ms) per op family from ``rows``: the median over hardware of each one's intercept; a family that
-    no hardware has 10 rows of, from the hardware with 3 to 9: its fastest kernel's time less its physics time, if that
-    kernel is floor-bound (physics under a tenth of its time)."""
+    """Launch floor (ms) per op family from ``rows``: the median over hardware of each one's intercept (where its
+    fastest kernel shows a floor, :data:`FLOOR_FIT_SHARE`); a family that no hardware has 10 rows of, from the
+    hardware with 3 to 9: its fastest kernel's time less its physics time, if that kernel is floor-bound (physics under
+    a tenth of its time)."""
     fam, hw = families_of(X), hardware_keys(X)
     phys = X["physics_ms"].to_numpy(float)
     floors = {}
@@ -184,12 +186,11 @@ def _family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str
             idx = np.flatnonzero(rows & (fam == f) & (hw == h))
             if len(idx) < MIN_FEW_FLOOR_ROWS:
                 continue
+            fastest = idx[np.argmin(y[idx])]
             if len(idx) < MIN_FIT_FLOOR_ROWS:  # too few for a line: the fastest kernel, if it is floor-bound
-                fastest = idx[np.argmin(y[idx])]
                 if phys[fastest] <= FLOOR_BOUND_SHARE * y[fastest]:
                     few.append(float(np.clip(y[fastest] - phys[fastest], MIN_FLOOR_MS, y[fastest])))
                 continue
-            fastest = idx[np.argmin(y[idx])]
             if phys[fastest] > FLOOR_FIT_SHARE * y[fastest]:  # no kernel shows the floor
                 continue
             low = idx[phys[idx] <= np.quantile(phys[idx], FLOOR_QUANTILE)]
