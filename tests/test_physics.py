@@ -266,6 +266,19 @@ def test_an_artifact_saved_before_the_per_family_bound_loads_with_one_bound(tmp_
     assert load_model(fitted().save(tmp_path / "new")).e_max_gemm == 1.25
 
 
+def test_an_artifact_saved_before_the_library_loop_harness_loads_with_its_floor(tmp_path):
+    """Before DeepBench's library loop was a harness of its own it was timed ``back_to_back``: an old artifact's
+    floors load with that table for it."""
+    import json
+
+    path = fitted().save(tmp_path / "old")
+    state = json.loads((path / "physics.json").read_text())
+    del state["floors"]["library_loop"]
+    (path / "physics.json").write_text(json.dumps(state))
+    loaded = load_model(path)
+    assert loaded.floors_["library_loop"] == loaded.floors_["back_to_back"]
+
+
 def test_fit_on_descriptions_equals_fit_on_frame():
     rows = small_rows().head(300)
     y = rows["runtime_ms"].to_numpy()
