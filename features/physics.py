@@ -162,6 +162,15 @@ def harness_of(df: pd.DataFrame) -> np.ndarray:
     return pd.Categorical(names, categories=HARNESSES).codes.astype(float)
 
 
+def measurement_settings(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per row the settings of the software that measured it, by name (``harness``, ``conv_fp32_math``): what a
+    served prediction needs to answer for the row as it was measured (its ``source`` is not a served input)."""
+    return {
+        "harness": row_setting(df, "harness", HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS),
+        "conv_fp32_math": row_setting(df, "conv_fp32_math", CONV_MATHS, SOURCE_CONV_MATH, DEFAULT_CONV_MATH),
+    }
+
+
 def conv_tf32_of(df: pd.DataFrame) -> np.ndarray:
     """True per row whose float32 convolutions ran in TF32 (:data:`CONV_MATHS`)."""
     return row_setting(df, "conv_fp32_math", CONV_MATHS, SOURCE_CONV_MATH, DEFAULT_CONV_MATH) == "tf32"

@@ -354,21 +354,21 @@ class NetworkComposer:
 # --------------------------------------------------------------------------- learning the constants
 def fit_floors(rows: pd.DataFrame, registry=None) -> dict[str, float]:
     """Per op family, the per-call floor (ms) of back-to-back kernel timings ``rows`` (op, hardware, dtype, shapes,
-    runtime_ms): ``models.physics.estimate_floors`` (the intercept of runtime against physics time over each
+    runtime_ms): ``models.physics.family_floors`` (the intercept of runtime against physics time over each
     hardware's fastest 30 % of a family's kernels). A family whose intercept is not identified by the rows (its
-    fastest kernels are still bandwidth-bound: the intercept hits the 1 us clip) or that has no rows gets the
+    fastest kernels are still bandwidth-bound: no kernel shows the floor) or that has no rows gets the
     smallest identified floor, capped by the family's fastest measured call (a back-to-back call is never faster
     than its floor)."""
     from data.workloads import family
     from features.physics import FAMILIES, PhysicsFeaturizer
-    from models.physics import MIN_FLOOR_MS, estimate_floors
+    from models.physics import MIN_FLOOR_MS, family_floors
 
     ok = rows[rows["op"].map(lambda o: family(o) in FAMILIES)].reset_index(drop=True)
     if ok.empty:
         raise ValueError("fit_floors: no kernel rows of a physics op family")
     X = PhysicsFeaturizer(registry).transform(ok) if registry is not None else PhysicsFeaturizer().transform(ok)
     y = ok["runtime_ms"].to_numpy(float)
-    raw = next(iter(estimate_floors(X, y, by_harness=False).values()))  # the rows' own floors, one per family
+    raw = family_floors(X, y, np.ones(len(X), bool))  # the families whose rows identify a floor
     fam = families(ok["op"])
     seen = {f for f in FAMILIES if (fam == f).sum() >= 10}
     identified = {f: v for f, v in raw.items() if f in seen and v > MIN_FLOOR_MS * 1.0001}

@@ -172,7 +172,7 @@ def regime_index(X: pd.DataFrame) -> np.ndarray:
     return np.where(X["hw_is_gpu"].to_numpy(float) > 0, harness, CPU_REGIME)
 
 
-def _family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str, float]:
+def family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str, float]:
     """Launch floor (ms) per op family from ``rows``: the median over hardware of each one's intercept (where its
     fastest kernel shows a floor, :data:`FLOOR_FIT_SHARE`); a family that no hardware has 10 rows of, from the
     hardware with 3 to 9: its fastest kernel's time less its physics time, if that kernel is floor-bound (physics under
@@ -214,10 +214,10 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     median of the others. A CPU's floor comes from CPU rows (else the back-to-back GPU floor). Without
     ``by_harness`` every regime gets the floors of all rows (one floor per family, whatever measured it)."""
     regime = regime_index(X)
-    pooled = _family_floors(X, y, np.ones(len(X), bool)) or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
+    pooled = family_floors(X, y, np.ones(len(X), bool)) or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
     if not by_harness:
         return {r: {f: float(pooled.get(f, np.median(list(pooled.values())))) for f in FAMILIES} for r in FLOOR_REGIMES}
-    own = [_family_floors(X, y, regime == i) for i in range(len(FLOOR_REGIMES))]
+    own = [family_floors(X, y, regime == i) for i in range(len(FLOOR_REGIMES))]
     gpu = range(CPU_REGIME)
     if not any(own[i] for i in gpu):  # no GPU row: every GPU harness from all rows
         for i in gpu:

@@ -45,6 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.hardware import CONF_DIR, HardwareRegistry
 from data.workloads import SHAPE_PARAMS
+from features.physics import measurement_settings
 from models.conformal import fit_calibrated, loo_coverage, take
 from models.evaluate import regression_metrics, smape, within_group_kendall
 from models.splits import FOLDS, SPLITS
@@ -492,6 +493,7 @@ def run_experiment(
                 rows.iloc[test][[c for c in DESCRIBE if c in rows.columns]]
                 .reset_index(drop=True)
                 .assign(
+                    **measurement_settings(rows.iloc[test]),  # the timing harness of each row, as served inputs
                     **{c: Y[test, j] for j, c in enumerate(target.columns)},
                     **{f"pred_{c}": fit.pred[:, j] for j, c in enumerate(target.columns)},
                 )

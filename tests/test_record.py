@@ -350,12 +350,12 @@ def test_a_floor_comes_only_from_kernels_that_show_it(pack, registry):
     """The H200 set's float32 elementwise kernels are all bandwidth-bound (their physics time is most of their
     runtime): they say nothing of the launch floor, so none is fitted from them; its small GEMMs are floor-bound."""
     from features.physics import PhysicsFeaturizer
-    from models.physics import _family_floors
+    from models.physics import family_floors
 
     rows = select(pack, sources=["hopper"], seed=0)
     rows = rows[(rows["dtype"] == "float32")].reset_index(drop=True)
     X, y = PhysicsFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float)
-    floors = _family_floors(X, y, np.ones(len(X), bool))
+    floors = family_floors(X, y, np.ones(len(X), bool))
     assert "elementwise" not in floors
     assert 0.005 < floors["gemm"] < 0.03
 
