@@ -37,7 +37,9 @@ Conventions, DeepBench -> ours (:mod:`data.workloads`):
   measurements. The Xeon Phi 7250 (KNL) workbook is skipped and counted: a KNL roofline depends on the MCDRAM
   mode (flat / cache / DDR4 only), which the workbook does not record.
 * Timing: DeepBench times a loop of back-to-back calls on the host after a warm-up and reports the mean per call
-  in whole microseconds (``timing_method = host_loop_mean``): a 10 us kernel carries +-5% rounding.
+  in whole microseconds (``timing_method = host_loop_mean``): a 10 us kernel carries +-5% rounding. Its launch
+  floor is that of a C++ loop calling the libraries, not of a PyTorch stream: the physics model reads these rows
+  as timing harness ``library_loop`` (``features.physics.SOURCE_HARNESS``).
 * Hardware: the Specs sheet's ``GPU Model`` via :data:`DEVICES` (an unknown name is one clear error). The P100 is
   taken as the PCIe 16 GB board (the host is an ASUS X99-E WS workstation board, PCIe only; the workbook does not
   say 12 or 16 GB); the V100 as SXM2 16 GB (the Specs sheet says DGX-1 and its Xeon E5-2698 v4 is the DGX-1's;
