@@ -156,24 +156,28 @@ def row_setting(df: pd.DataFrame, column: str, choices: tuple, by_source: dict, 
     return out
 
 
-def harness_of(df: pd.DataFrame) -> np.ndarray:
-    """Per row the index of its timing harness in :data:`HARNESSES` (float)."""
-    names = row_setting(df, "harness", HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS)
-    return pd.Categorical(names, categories=HARNESSES).codes.astype(float)
+# the settings of the software that measured a row: column -> (choices, by source prefix, default)
+MEASUREMENT_SETTINGS = {
+    "harness": (HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS),
+    "conv_fp32_math": (CONV_MATHS, SOURCE_CONV_MATH, DEFAULT_CONV_MATH),
+}
 
 
 def measurement_settings(df: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per row the settings of the software that measured it, by name (``harness``, ``conv_fp32_math``): what a
-    served prediction needs to answer for the row as it was measured (its ``source`` is not a served input)."""
-    return {
-        "harness": row_setting(df, "harness", HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS),
-        "conv_fp32_math": row_setting(df, "conv_fp32_math", CONV_MATHS, SOURCE_CONV_MATH, DEFAULT_CONV_MATH),
-    }
+    """Per row the settings of the software that measured it, by name (:data:`MEASUREMENT_SETTINGS`): what a served
+    prediction needs to answer for the row as it was measured (its ``source`` is not a served input)."""
+    return {column: row_setting(df, column, *spec) for column, spec in MEASUREMENT_SETTINGS.items()}
+
+
+def harness_of(df: pd.DataFrame) -> np.ndarray:
+    """Per row the index of its timing harness in :data:`HARNESSES` (float)."""
+    names = row_setting(df, "harness", *MEASUREMENT_SETTINGS["harness"])
+    return pd.Categorical(names, categories=HARNESSES).codes.astype(float)
 
 
 def conv_tf32_of(df: pd.DataFrame) -> np.ndarray:
     """True per row whose float32 convolutions ran in TF32 (:data:`CONV_MATHS`)."""
-    return row_setting(df, "conv_fp32_math", CONV_MATHS, SOURCE_CONV_MATH, DEFAULT_CONV_MATH) == "tf32"
+    return row_setting(df, "conv_fp32_math", *MEASUREMENT_SETTINGS["conv_fp32_math"]) == "tf32"
 
 
 def has_matrix_units(spec: HardwareSpec) -> bool:

@@ -197,7 +197,7 @@ def family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str,
             A = np.column_stack([np.ones(len(low)), phys[low]]) / y[low, None]  # relative least squares
             a, _ = np.linalg.lstsq(A, np.ones(len(low)), rcond=None)[0]
             if a > MIN_FLOOR_MS:  # else the line says nothing of the floor
-                intercepts.append(float(min(a, y[idx].min())))
+                intercepts.append(float(min(a, y[fastest])))
         if intercepts or few:  # the fitted intercepts where any hardware has enough rows, else the few-row ones
             floors[f] = float(np.median(intercepts or few))
     return floors
@@ -673,7 +673,7 @@ class PhysicsModel(CostModel):
 
     def _load_payload(self, path: Path) -> None:
         state = json.loads((path / "physics.json").read_text())
-        floors = state["floors"]  # saved before floors were per regime: one table for every regime
+        floors = state["floors"]
         if not all(isinstance(v, dict) for v in floors.values()):  # saved before floors were per regime
             floors = {r: dict(floors) for r in FLOOR_REGIMES}
         # saved before the library loop was a harness of its own: it had the back-to-back floor
