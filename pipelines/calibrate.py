@@ -6,8 +6,9 @@
 A new GPU is one ``conf/hardware/<id>.yaml`` (its spec sheet: the model already predicts it from the specs) plus
 this command. The measurements are the columns of ``costmodel predict`` (``op``, ``hardware``, ``dtype``, shape
 columns) plus ``runtime_ms``, of ONE hardware. The model's ``calibrate`` (``models.physics.PhysicsModel.calibrate``:
-a floor scale, a kernel-time bias and a boosted correction chosen by cross-validation on the new rows) returns a
-model that predicts that hardware from what it measured and every other hardware as before.
+from 10 rows a refit on the training rows the model keeps in its artifact plus the new rows; fewer rows, or an
+artifact without its rows, a floor scale, a kernel-time bias and a boosted correction chosen by cross-validation on
+the new rows) returns a model that predicts that hardware from what it measured and every other hardware as before.
 
 :func:`calibrate_registered` logs a run (the rows as ``eval/calibration_rows.csv``, the model before on them and the
 correction out of fold as metrics ``calibrate/<hardware>/<metric>``, the served pyfunc with the new GPU's spec
@@ -245,6 +246,7 @@ def calibrate_registered(
         },
         params={
             "parent_model_uri": facts["parent_model_uri"],
+            "calibration_method": corr.get("method", "correction"),
             "correction_rounds": str(corr["rounds"]),
             "floor_scale": f"{corr['floor_scale']:.6g}",
             "kernel_log_bias": f"{corr['bias']:.6g}",
@@ -265,7 +267,7 @@ def calibrate_registered(
         client.set_registered_model_alias(name, alias, version)
     note(
         f"registered {name} version {version}: {decision}; on these rows MAPE {corr['mape_before']:.1f}% before, "
-        f"{corr['mape_out_of_fold']:.1f}% after (out of fold)"
+        f"{corr['mape_out_of_fold']:.1f}% after (out of fold, {corr.get('method', 'correction')})"
     )
     return Calibration(
         name,

@@ -306,6 +306,60 @@ def test_calibrate_learns_a_new_gpu_from_its_rows():
     assert set(dom["calibrated_on"]) == {"H200-SXM"} and dom["hardware_seen"].all()
 
 
+@functools.lru_cache(maxsize=2)
+def neusight_only(keep_rows: int) -> PhysicsModel:
+    """Fitted on the NeuSight slice only: no attention row, no H200 row, no back-to-back harness."""
+    rows, X = small_rows(), small_frame()
+    ns = neusight_mask()
+    return PhysicsModel(**{**FAST, "keep_rows": keep_rows}).fit(
+        X[ns].reset_index(drop=True), rows.loc[ns, "runtime_ms"].to_numpy()
+    )
+
+
+def test_calibrate_refits_and_learns_a_family_it_never_saw(tmp_path):
+    """A model that kept its rows calibrates by a refit: NeuSight has no attention, the H200's SDPA rows come out
+    better than by a correction of the model's guess (the same rows, a model that kept none); the calibrated model
+    keeps the new rows (3x) and answers for other GPUs exactly as before, also after a save and load."""
+    from models.physics import NEW_ROW_REPEATS
+
+    rows, X = small_rows(), small_frame()
+    y = rows["runtime_ms"].to_numpy()
+    h200 = np.flatnonzero(~neusight_mask())
+    cal, test = h200[::4], np.setdiff1d(h200, h200[::4])
+    sdpa = test[(rows["op"].to_numpy()[test] == "sdpa")]
+    errors = {}
+    for keep in (50000, 0):
+        model = neusight_only(keep)
+        tuned = model.calibrate(X.iloc[cal], y[cal], hardware="H200-SXM")
+        errors[tuned.corrections_[-1]["method"]] = np.mean(np.abs(tuned.predict(X.iloc[sdpa]) / y[sdpa] - 1))
+        if keep:
+            assert len(tuned.rows_["y"]) == len(model.rows_["y"]) + NEW_ROW_REPEATS * len(cal)
+            ns = np.flatnonzero(neusight_mask())[:300]
+            np.testing.assert_array_equal(tuned.predict(X.iloc[ns]), model.predict(X.iloc[ns]))
+            loaded = load_model(tuned.save(tmp_path / "refit"))
+            np.testing.assert_allclose(loaded.predict(X.iloc[test]), tuned.predict(X.iloc[test]), rtol=1e-6)
+            assert len(loaded.rows_["y"]) == len(tuned.rows_["y"])
+    assert set(errors) == {"refit", "correction"}
+    assert errors["refit"] < 0.8 * errors["correction"], errors
+
+
+def test_a_model_saved_without_its_rows_calibrates_by_a_correction(tmp_path):
+    """An artifact without ``training_rows.parquet`` (saved before the model kept its rows) still calibrates."""
+    rows, X = small_rows(), small_frame()
+    y = rows["runtime_ms"].to_numpy()
+    path = neusight_only(50000).save(tmp_path / "old")
+    (path / "training_rows.parquet").unlink()
+    h200 = np.flatnonzero(~neusight_mask())[:40]
+    tuned = load_model(path).calibrate(X.iloc[h200], y[h200], hardware="H200-SXM")
+    assert tuned.corrections_[-1]["method"] == "correction"
+    assert (
+        load_model(neusight_only(50000).save(tmp_path / "new"))
+        .calibrate(X.iloc[h200], y[h200], hardware="H200-SXM")
+        .corrections_[-1]["method"]
+        == "refit"
+    )
+
+
 def test_calibrating_a_variant_starts_from_the_borrowed_correction(registry):
     """A new variant of a measured chip is calibrated on top of its sibling's borrowed correction (the model's own
     zero-shot answer), not on the bare shared model: the correction's ``mape_before`` is the borrowing model's error

@@ -194,6 +194,7 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
         run.data.metrics[f"calibrate/{HELD_GPU}/mape_out_of_fold"]
         < run.data.metrics[f"calibrate/{HELD_GPU}/mape_before"]
     )
+    assert run.data.params["calibration_method"] == "refit"  # the registered artifact carries its training rows
     logged = pd.read_csv(
         mlflow.artifacts.download_artifacts(
             run_id=mv.run_id, artifact_path="eval/calibration_rows.csv", tracking_uri=uri
