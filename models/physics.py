@@ -70,7 +70,7 @@ CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-
 # calibrate's refit: the model refitted on the rows it was trained on plus the new GPU's rows, those repeated
 # NEW_ROW_REPEATS times (check f on 6 GPUs, k = 10 / 30 / 100 rows, 2 draws: once leaves the H200 at 19.2% at k = 100,
 # 3 times gives 17.1, 10 times 17.0 there but 110% at k = 10, where the new GPU's own correction then learns its 10
-# rows; as a weight of 3 in the loss alone instead, 6 GPUs at k = 30 averaged 17.0% against 15.3 repeated: the
+# rows; as a weight of 3 in the loss alone instead, 6 GPUs at k = 30 averaged 16.9% against 15.7 repeated: the
 # floors and the GPU's own correction count its rows); from MIN_REFIT_ROWS new rows, the new rows' out-of-fold
 # predictions by REFIT_FOLDS-fold refits (the interval and the reported error)
 NEW_ROW_REPEATS = 3
