@@ -77,8 +77,6 @@ NEW_ROW_REPEATS = 3
 MIN_REFIT_ROWS = 10
 REFIT_FOLDS = 3
 ROWS_Y = "_runtime_ms"  # the kept rows' target column in training_rows.parquet
-MIN_REFIT_ROWS = 10
-REFIT_FOLDS = 3
 # A training GPU's own correction (``hardware_corrections``): from this many rows, one boosted round per
 # CORRECTION_ROWS_PER_ROUND rows, at most MAX_FIT_CORRECTION_ROUNDS (depth-3 trees, eta 0.1)
 MIN_FIT_CORRECTION_ROWS = 30
