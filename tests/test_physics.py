@@ -343,6 +343,26 @@ def test_calibrate_refits_and_learns_a_family_it_never_saw(tmp_path):
     assert errors["refit"] < 0.8 * errors["correction"], errors
 
 
+def test_a_second_gpu_calibrated_after_a_first_keeps_the_first(registry):
+    """Calibrating GPU B on a model already calibrated on GPU A refits with A's rows too and leaves A's answers as
+    they were (A keeps its own refit)."""
+    from models.physics import NEW_ROW_REPEATS
+
+    rows, X = small_rows(), small_frame()
+    y = rows["runtime_ms"].to_numpy()
+    model = neusight_only(50000)
+    h200 = np.flatnonzero(~neusight_mask())
+    first = model.calibrate(X.iloc[h200[::4]], y[h200[::4]], hardware="H200-SXM")
+    a100 = np.flatnonzero((rows["hardware"] == "A100-PCIe-40GB").to_numpy())[:30]
+    variant = rows.iloc[a100].assign(hardware="A100-SXM4-80GB").reset_index(drop=True)
+    Xv = PhysicsFeaturizer(registry).transform(variant)
+    second = first.calibrate(Xv, variant["runtime_ms"].to_numpy(), hardware="A100-SXM4-80GB")
+    assert [c["hardware"] for c in second.corrections_ if c.get("origin") != "fit"] == ["H200-SXM", "A100-SXM4-80GB"]
+    assert len(second.rows_["y"]) == len(first.rows_["y"]) + NEW_ROW_REPEATS * len(variant)
+    np.testing.assert_array_equal(second.predict(X.iloc[h200]), first.predict(X.iloc[h200]))
+    assert not np.allclose(second.predict(Xv), first.predict(Xv))
+
+
 def test_a_model_saved_without_its_rows_calibrates_by_a_correction(tmp_path):
     """An artifact without ``training_rows.parquet`` (saved before the model kept its rows) still calibrates."""
     rows, X = small_rows(), small_frame()
