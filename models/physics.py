@@ -648,11 +648,11 @@ class PhysicsModel(CostModel):
         new.corrections_ = [c for c in self.corrections_ if c["key"].split("|")[0] != key]
         base_floor, base_kernel, _ = new._parts(X_new)
         logy = np.log(y_new)
-        if getattr(self, "rows_", None) is not None and len(X_new) >= MIN_REFIT_ROWS:
+        if self.rows_ is not None and len(X_new) >= MIN_REFIT_ROWS:
             oof = self._refit_out_of_fold(X_new, y_new)
             X_all, y_all = self._with_new_rows(X_new, y_new)
             new.rows_ = {"X": X_all, "y": y_all}  # a later calibration's refit knows this GPU too
-            sub = PhysicsModel(**{**self.get_params(), "interval_folds": False, "keep_rows": 0}).fit(X_all, y_all)
+            sub = self._refit(X_all, y_all)
             corr = {"floor_scale": 1.0, "bias": 0.0, "rounds": 0, "booster": None, "method": "refit", "model": sub}
         else:
             rounds, oof = self._choose_rounds(X_new, base_floor, base_kernel, logy)
@@ -680,14 +680,18 @@ class PhysicsModel(CostModel):
         X = pd.concat([self.rows_["X"], *[X_new[self.rows_["X"].columns]] * NEW_ROW_REPEATS], ignore_index=True)
         return X, np.concatenate([self.rows_["y"], *[y_new] * NEW_ROW_REPEATS])
 
+    def _refit(self, X: pd.DataFrame, y: np.ndarray) -> PhysicsModel:
+        """A model of the same parameters fitted on ``X, y`` (no interval folds: the parent's widening serves; no rows
+        kept: the parent keeps them)."""
+        return PhysicsModel(**{**self.get_params(), "interval_folds": False, "keep_rows": 0}).fit(X, y)
+
     def _refit_out_of_fold(self, X_new: pd.DataFrame, y_new: np.ndarray) -> np.ndarray:
         """log predictions of the new rows by refits without them (:data:`REFIT_FOLDS` folds)."""
-        params = {**self.get_params(), "interval_folds": False, "keep_rows": 0}
         folds = np.random.default_rng(self.random_state).permutation(len(X_new)) % REFIT_FOLDS
         oof = np.zeros(len(X_new))
         for k in range(REFIT_FOLDS):
             tr, te = folds != k, folds == k
-            sub = PhysicsModel(**params).fit(*self._with_new_rows(X_new[tr].reset_index(drop=True), y_new[tr]))
+            sub = self._refit(*self._with_new_rows(X_new[tr].reset_index(drop=True), y_new[tr]))
             oof[te] = np.log(sub.predict(X_new[te].reset_index(drop=True)))
         return oof
 
@@ -733,7 +737,7 @@ class PhysicsModel(CostModel):
 
             torch.save(self.net_.state_dict(), path / "efficiency.pt")
             state["mean"], state["std"] = self.mean_.tolist(), self.std_.tolist()
-        if getattr(self, "rows_", None) is not None:  # calibrate's refit reads them (zstd parquet: ~50 bytes a row)
+        if self.rows_ is not None:  # calibrate's refit reads them (zstd parquet: ~50 bytes a row)
             frame = self.rows_["X"].assign(**{ROWS_Y: self.rows_["y"]})
             frame.to_parquet(path / "training_rows.parquet", compression="zstd", index=False)
         (path / "physics.json").write_text(json.dumps(state, indent=1))
