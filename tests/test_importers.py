@@ -225,3 +225,21 @@ def test_entry_point_writes_parquet(tmp_path):
     assert len(read_dataset(tmp_path / "datasets" / "import" / "wa_hls4ml.parquet")) == 2142
     bad = run_entry("pipelines.import_data", "source=nope", out=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("import_data: error: unknown source")
+
+
+def test_neusight_folder_with_some_tables_imports_them(tmp_path):
+    """A folder in NeuSight's layout holding only GEMM tables of GPUs that the shared set has specs for but no rows
+    (L4, H100): those tables are imported under the registry's ids, the missing ones named in a warning; a folder
+    with no table at all is one clear error."""
+    from data.importers.neusight import import_neusight
+
+    src = pd.read_csv(SHARED / "neusight" / "train" / "linear" / "NVIDIA_A100-PCIE-40GB.csv", nrows=12)
+    (tmp_path / "neusight" / "train" / "linear").mkdir(parents=True)
+    for file, device in (("NVIDIA_L4", "NVIDIA L4"), ("NVIDIA_H100_80GB_HBM3", "NVIDIA H100 80GB HBM3")):
+        src.assign(Device=device).to_csv(tmp_path / "neusight" / "train" / "linear" / f"{file}.csv", index=False)
+    with pytest.warns(UserWarning, match="no bmm, conv, elem, ln, softmax table"):
+        rows = import_neusight(tmp_path)
+    assert rows.groupby("hardware").size().to_dict() == {"H100-SXM": 12, "L4": 12}
+    assert set(rows["op"]) == {"linear"} and rows["source"].str.startswith("neusight").all()
+    with pytest.raises(DatasetError, match="no NeuSight tables"):
+        import_neusight(tmp_path / "neusight" / "train" / "linear")

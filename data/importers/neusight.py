@@ -18,12 +18,13 @@ Block x/y/z, Kernels``) and the ``large`` flag go to ``meta`` only; software ver
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pandas as pd
 
 from data.hardware import HardwareRegistry
-from data.importers import DatasetError, data_root, finish, need, require_columns
+from data.importers import DatasetError, data_root, finish, require_columns
 
 SOURCE = "neusight@6945927"
 OBSERVED = (
@@ -94,16 +95,22 @@ _SHAPE_COLS = {
 
 
 def files(root: Path, kinds=KINDS) -> list[tuple[str, Path]]:
+    """The tables of ``kinds`` under ``<root>/neusight/train``. A folder in NeuSight's layout may hold some of them
+    only (a GPU measured for GEMMs alone): a missing table is skipped with a warning; none at all is an error."""
     base = root / "neusight" / "train"
-    out = []
+    out, missing = [], []
     for kind in kinds:
         if kind in ("bmm", "linear", "conv"):
             found = sorted((base / kind).glob("*.csv"))
-            if not found:
-                raise DatasetError(f"no NeuSight {kind} files in {base / kind}")
-            out += [(kind, f) for f in found]
         else:
-            out.append((kind, need(base / f"{kind}.csv")))
+            found = [base / f"{kind}.csv"] if (base / f"{kind}.csv").is_file() else []
+        out += [(kind, f) for f in found]
+        if not found:
+            missing.append(kind)
+    if not out:
+        raise DatasetError(f"no NeuSight tables ({', '.join(kinds)}) in {base}")
+    if missing:
+        warnings.warn(f"NeuSight: no {', '.join(missing)} table(s) in {base}; imported the others", stacklevel=2)
     return out
 
 
