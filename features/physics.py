@@ -106,11 +106,17 @@ HARDWARE = (
     "hw_log2_sm_count",
     "hw_log2_l2_bytes",
     "hw_is_gpu",
+    # the float32 ridge point (peak over bandwidth, FLOP per byte): a domain axis only, never a learner input (with a
+    # few training GPUs a spec ratio names the GPU). Each spec inside the training span can still make a new balance:
+    # the L4's 101 FLOP/byte is 3.5x any NeuSight / DeepBench / H200 GPU's (12.5-28.6), and its float32 GEMMs land where
+    # training has only skinny GEMMs
+    "hw_log2_ridge_fp32",
 )
 # The GPU's architecture (``vendor:architecture`` from the spec, '' where unknown): never a learner input; a GPU outside
 # training borrows the per-GPU correction of its nearest measured sibling of the same architecture (models.physics).
 ARCHITECTURE = "hw_architecture"
-HARDWARE_IDENTITY = HARDWARE[1:]  # the same for every row of one GPU (the math mode's peak varies with the dtype)
+# the same for every row of one GPU (the math mode's peak varies with the dtype; the ridge follows from the others)
+HARDWARE_IDENTITY = HARDWARE[1:6]
 SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
 TIMES = ("compute_ms", "memory_ms", "physics_ms")
 # The timing harness a runtime was measured with: a property of the harness and the software stack, not of the GPU,
@@ -369,6 +375,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["hw_log2_sm_count"] = np.log2(hw["sms"])
     X["hw_log2_l2_bytes"] = np.log2(hw["l2"])
     X["hw_is_gpu"] = hw["gpu"]
+    X["hw_log2_ridge_fp32"] = np.log2(hw["fp32"] / hw["bw"])
     X[ARCHITECTURE] = hw["arch"]
     X["flops"], X["bytes"] = flops, nbytes
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)

@@ -5,8 +5,8 @@ efficiency was only ever checked inside it. So every prediction carries
 
 * ``in_domain`` (bool): every dimensionless feature inside its training range, every category (op, math mode)
   seen in training and seen together (an op in a math mode), the hardware's spec position (log2 peak FLOP/s of the math
-  mode, bandwidth, SMs, L2) inside the
-  span of the training hardware, and the workload's size (log2 FLOPs, bytes) inside the training range;
+  mode, float32 peak, bandwidth, SMs, L2, float32 ridge point) inside the span of the training hardware, and the
+  workload's size (log2 FLOPs, bytes) inside the training range;
 * ``domain_distance`` (float, 0 inside): the sum of how far each is outside, in comparable units: a continuous
   feature's excess over its training range in units of max(its training std, 1) (features are log2 counts or
   fractions: one octave / the whole [0, 1] range at least), 1 per unseen category, and the

@@ -468,3 +468,18 @@ def test_mlp_learner_fits_and_round_trips(tmp_path):
     loaded = load_model(model.save(tmp_path / "mlp"))
     np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-5)
     assert np.median(np.abs(model.predict(X) / y - 1)) < 1.0  # learned something (roofline alone is ~0.6)
+
+
+def test_a_gpu_with_a_new_balance_of_its_specs_is_flagged_outside(registry):
+    """Each L4 spec (float32 peak, bandwidth, SMs, L2) lies inside the span of the training GPUs, but its float32
+    ridge point (101 FLOP/byte) is 1.8 octaves above theirs (12.5-28.6): its rows are flagged outside, for that
+    reason, with a wider interval than the same shape on a spec-only GPU of a trained balance (the H100)."""
+    model = fitted(interval_folds=True)
+    X = PhysicsFeaturizer(registry).transform(
+        pd.concat([describe("matmul", h, m=1024, n=1024, k=1024) for h in ("L4", "H100-SXM")], ignore_index=True)
+    )
+    dom = model.predict_domain(X)
+    assert list(dom["in_domain"]) == [False, True] and not dom["hardware_seen"].any()
+    assert dom["domain_reason"][0].startswith("hw_log2_ridge_fp32 +1.8")
+    width = np.log(dom["hi_ms"] / dom["lo_ms"]).to_numpy()
+    assert width[0] > width[1]
