@@ -1,6 +1,6 @@
 """Physics-first runtime model: analytical time over a bounded, learned efficiency, plus a launch floor.
 
-    runtime_ms = floor[family] + physics_ms / efficiency(x),    efficiency = e_max * sigmoid(f(x))   in (0, e_max]
+    runtime_ms = floor[family] + physics_ms / efficiency(x),    efficiency = e_max * sigmoid(f(x) - log e_max)
 
 ``physics_ms`` is the tile/wave-quantised roofline of ``features.physics`` (the math mode's peak from the spec
 registry, tensor cores included, DRAM bandwidth, SMs); ``f`` reads only the DIMENSIONLESS columns
@@ -365,10 +365,11 @@ class PhysicsModel(CostModel):
         phys = X["physics_ms"].to_numpy(float)
         e_max = self._e_max(X)
         eff0 = np.clip(phys / np.maximum(y - floor, 1e-9) / e_max, 1e-4, 1 - 1e-4)
-        self.base_margin_ = float(np.median(np.log(eff0 / (1 - eff0))))
+        self.margin_shift_ = self.learner == "xgb"
+        self.base_margin_ = float(np.median(np.log(eff0 / (1 - eff0)) - self._shift(X)))
         F = X[list(FEATURES)].to_numpy(np.float32)
         if self.learner == "xgb":
-            self._fit_xgb(F, phys, floor, y, e_max)
+            self._fit_xgb(F, phys, floor, y, e_max, self.base_margin_ + self._shift(X))
         else:
             self._fit_mlp(F, phys, floor, y, e_max)
 
@@ -380,7 +381,14 @@ class PhysicsModel(CostModel):
         gpu = X["hw_is_gpu"].to_numpy(float) > 0
         return np.where(np.isin(families_of(X), BOUNDED_FAMILIES) & gpu, self.e_max_gemm, self.e_max)
 
-    def _fit_xgb(self, F, phys, floor, y, e_max) -> None:
+    def _shift(self, X: pd.DataFrame) -> np.ndarray:
+        """Per row the offset of the learned margin, ``-log(e_max)``: ``e_max sigmoid(f - log e_max)`` is ``exp(f)``
+        below the bound whatever the family's bound, so one margin means one efficiency for every family (a family
+        held out of training takes its efficiency from the others', not a third or four times it: conv's bound is 4,
+        GEMM's 1.25). 0 for a model saved before the offset, and for the MLP learner."""
+        return -np.log(self._e_max(X)) if self.margin_shift_ else np.zeros(len(X))
+
+    def _fit_xgb(self, F, phys, floor, y, e_max, base_margin) -> None:
         params = {
             "eta": self.learning_rate,
             "max_depth": self.max_depth,
@@ -394,7 +402,7 @@ class PhysicsModel(CostModel):
         if self.monotone:
             params["monotone_constraints"] = "(" + ",".join(str(MONOTONE.get(f, 0)) for f in FEATURES) + ")"
         d = xgb.DMatrix(F, feature_names=list(FEATURES))
-        d.set_base_margin(np.full(len(F), self.base_margin_))
+        d.set_base_margin(base_margin)
         self.booster_ = xgb.train(params, d, self.n_estimators, obj=_objective(phys, floor, np.log(y), e_max))
 
     def _fit_mlp(self, F, phys, floor, y, e_max) -> None:
@@ -461,7 +469,7 @@ class PhysicsModel(CostModel):
         F = X[list(FEATURES)].to_numpy(np.float32)
         if self.learner == "xgb":
             d = xgb.DMatrix(F, feature_names=list(FEATURES))
-            d.set_base_margin(np.full(len(F), self.base_margin_))
+            d.set_base_margin(self.base_margin_ + self._shift(X))
             margin = self.booster_.predict(d, output_margin=True)
         else:
             import torch
@@ -720,6 +728,7 @@ class PhysicsModel(CostModel):
         state = {
             "floors": self.floors_,
             "base_margin": self.base_margin_,
+            "margin_shift": self.margin_shift_,
             "bounds": {"e_max": self.e_max, "e_max_gemm": self.e_max_gemm},
             "domain": self.domain_.to_dict(),
             "widening": self.widening_,
@@ -750,6 +759,7 @@ class PhysicsModel(CostModel):
         # saved before the library loop was a harness of its own: it had the back-to-back floor
         self.floors_ = {r: dict(floors.get(r, floors["back_to_back"])) for r in FLOOR_REGIMES}
         self.base_margin_ = state["base_margin"]
+        self.margin_shift_ = state.get("margin_shift", False)  # saved before the offset: margins without it
         if "bounds" not in state:  # saved before the per-family bound: one bound for every family, as it was trained
             self.e_max_gemm = self.e_max
         self.domain_ = Domain.from_dict(state["domain"])
