@@ -155,8 +155,9 @@ def calibrate_widening(scores, distance, hardware_seen, level: float = 0.9) -> d
     ``scores`` = |log y - log yhat| of rows the fold's model never saw; ``distance`` / ``hardware_seen`` from that
     fold model's :class:`Domain`. ``q_seen`` and ``q_unseen`` are split-conformal quantiles of the in-domain rows of
     seen and of unseen hardware (``q_unseen`` falls back to ``q_seen`` with fewer than ``min_rows(level)`` rows and
-    is never below it); ``slope`` is the conformal quantile of ``max(0, s - q) / d`` over the rows outside
-    (``d > 0``), so ``q + slope * d`` covers ``level`` of them (0 when no fold row was outside).
+    is never below it); ``slope`` is the largest conformal quantile of ``max(0, s - q) / d`` over each quarter of
+    the rows outside (``d > 0``, quartiles of ``d``), so ``q + slope * d`` covers ``level`` of the farthest rows as
+    well as of the many just outside (a ``q`` per unit of distance when no fold row was outside).
     """
     s, d, seen = (np.asarray(a, float) for a in (scores, distance, hardware_seen))
     seen = seen.astype(bool)
@@ -171,7 +172,12 @@ def calibrate_widening(scores, distance, hardware_seen, level: float = 0.9) -> d
     out = d > 0
     if out.sum() >= need:
         base = np.where(seen[out], q_seen, q_unseen)
-        slope = conformal(np.maximum(0.0, s[out] - base) / d[out], level)
+        ratio = np.maximum(0.0, s[out] - base) / d[out]
+        # the level in every quarter of the distance, the farthest included: pooled, the many rows just outside (most
+        # already inside q) would set a slope that covers nothing far out
+        quarter = np.searchsorted(np.quantile(d[out], [0.25, 0.5, 0.75]), d[out], side="right")
+        slopes = [conformal(ratio[quarter == b], level) for b in range(4) if (quarter == b).sum() >= need]
+        slope = max(slopes) if slopes else conformal(ratio, level)
     else:
         slope = q_unseen  # no fold row outside: one more q per unit of distance, a guess marked by n_outside = 0
     return {

@@ -159,3 +159,18 @@ def test_categories_seen_only_apart_are_outside():
     assert out["domain_reason"].tolist() == ["unseen combination +1.00", ""]
     again = Domain.from_dict(json.loads(json.dumps(dom.to_dict())))
     pd.testing.assert_frame_equal(again.frame(X), out)
+
+
+def test_widening_covers_the_farthest_rows_not_only_the_many_just_outside():
+    """Fold rows outside the domain are mostly just outside, with errors q already covers; a few are far out with
+    errors that grow with the distance. The slope covers the level in every quarter of the distance, so the far rows
+    are covered as well (a slope from all outside rows pooled covered 70% of them) and the near ones still are."""
+    rng = np.random.default_rng(0)
+    near_d, far_d = rng.uniform(0.01, 0.5, 850), rng.uniform(3, 8, 150)
+    near_s, far_s = np.abs(rng.normal(0, 0.1, 850)), 0.15 * far_d * rng.uniform(0.5, 1.0, 150)
+    s = np.concatenate([np.abs(rng.normal(0, 0.1, 500)), near_s, far_s])
+    d = np.concatenate([np.zeros(500), near_d, far_d])
+    seen = np.ones(len(s), bool)
+    w = calibrate_widening(s, d, seen, level=0.9)
+    covered = s <= widen(w, d, seen)
+    assert covered[d >= 3].mean() >= 0.85 and covered[(d > 0) & (d < 3)].mean() >= 0.9
