@@ -366,10 +366,11 @@ class PhysicsModel(CostModel):
         e_max = self._e_max(X)
         eff0 = np.clip(phys / np.maximum(y - floor, 1e-9) / e_max, 1e-4, 1 - 1e-4)
         self.margin_shift_ = self.learner == "xgb"
-        self.base_margin_ = float(np.median(np.log(eff0 / (1 - eff0)) - self._shift(X)))
+        shift = self._shift(X)
+        self.base_margin_ = float(np.median(np.log(eff0 / (1 - eff0)) - shift))
         F = X[list(FEATURES)].to_numpy(np.float32)
         if self.learner == "xgb":
-            self._fit_xgb(F, phys, floor, y, e_max, self.base_margin_ + self._shift(X))
+            self._fit_xgb(F, phys, floor, y, e_max, self.base_margin_ + shift)
         else:
             self._fit_mlp(F, phys, floor, y, e_max)
 
