@@ -98,25 +98,24 @@ FEATURES = (
     "conv_stride",
     "causal",
 )
-# Hardware position (for the domain of validity, models/domain.py): log2 of spec numbers, never a learner input.
-HARDWARE = (
-    "hw_log2_peak_flops",
+# A GPU's spec position: the same for every row of one GPU (log2 of spec numbers, never a learner input); its rows
+# share a hardware key and the distance between two positions decides a borrowed correction (models.physics).
+HARDWARE_IDENTITY = (
     "hw_log2_peak_fp32",
     "hw_log2_bandwidth",
     "hw_log2_sm_count",
     "hw_log2_l2_bytes",
     "hw_is_gpu",
-    # the float32 ridge point (peak over bandwidth, FLOP per byte): a domain axis only, never a learner input (with a
-    # few training GPUs a spec ratio names the GPU). Each spec inside the training span can still make a new balance:
-    # the L4's 101 FLOP/byte is 3.5x any NeuSight / DeepBench / H200 GPU's (12.5-28.6), and its float32 GEMMs land where
-    # training has only skinny GEMMs
-    "hw_log2_ridge_fp32",
 )
+# Hardware position for the domain of validity (models/domain.py): also the peak of the row's math mode (it varies with
+# the dtype) and the float32 ridge point (peak over bandwidth, FLOP per byte; it follows from the identity, so not in
+# it). With a few training GPUs a spec ratio names the GPU, so the ridge is a domain axis only; but each spec inside
+# the training span can still make a new balance: the L4's 101 FLOP/byte is 3.5x any NeuSight / DeepBench / H200
+# GPU's (12.5-28.6), and its float32 GEMMs land where training has only skinny GEMMs.
+HARDWARE = ("hw_log2_peak_flops", *HARDWARE_IDENTITY, "hw_log2_ridge_fp32")
 # The GPU's architecture (``vendor:architecture`` from the spec, '' where unknown): never a learner input; a GPU outside
 # training borrows the per-GPU correction of its nearest measured sibling of the same architecture (models.physics).
 ARCHITECTURE = "hw_architecture"
-# the same for every row of one GPU (the math mode's peak varies with the dtype; the ridge follows from the others)
-HARDWARE_IDENTITY = HARDWARE[1:6]
 SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
 TIMES = ("compute_ms", "memory_ms", "physics_ms")
 # The timing harness a runtime was measured with: a property of the harness and the software stack, not of the GPU,
