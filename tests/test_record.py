@@ -43,6 +43,13 @@ def test_reference_backend_caps_filters_and_replays_the_pack(pack):
     assert set(select(pack, sources=["hopper"])["hardware"]) == {"H200-SXM"}
     assert HELD_GPU not in set(select(pack, exclude_hardware=[HELD_GPU])["hardware"])
 
+    # a cap per op family (and per op), ``default`` for the rest; a key that names nothing is one error
+    mixed = select(pack, cap={"neusight": {"gemm": 7, "linear": 3, "elementwise": 2, "default": 4}}, seed=0)
+    ns = mixed[mixed["source"].str.startswith("neusight")].groupby("op").size() / 5  # 5 GPUs, one dtype
+    assert ns["bmm"] == 7 and ns["linear"] == 3 and ns["add"] == 2 and ns["softmax"] == 4, ns.to_dict()
+    with pytest.raises(ValueError, match="'gemms' is not an op, an op family or 'default'"):
+        select(pack, cap={"neusight": {"gemms": 10}})
+
     backend = ReferenceBackend(cap={"neusight": 5, "deepbench": 2, "hopper": 2})
     backend._rows = pack
     rows = backend.rows()

@@ -6,10 +6,11 @@ NeuSight on 5 GPUs, the H200 set, DeepBench on 10 GPUs). A fresh clone needs not
 
 Which rows (``conf/collect/backend/reference.yaml``): ``sources`` (name prefixes, null = all), ``hardware_ids``
 (null = all), ``exclude_hardware`` (e.g. a GPU kept aside to calibrate on later), and ``cap``: at most that many rows
-per (source, hardware, op, dtype) for the sources it names (a
-seeded sample, ``seed``), every row of the others. NeuSight's 151k rows are 98% of the pack; a cap of a few
-hundred per GPU and op keeps every op and GPU and makes the job minutes instead of an hour (the README's NeuSight
-evaluation: 5x the rows do not move leave-one-GPU-out).
+per (source, hardware, op, dtype) for the sources it names (a seeded sample, ``seed``), every row of the others;
+per source one number for every op, or a mapping from op name or op family (``data.workloads.OPS``) to a number,
+with ``default`` for the rest (``{neusight: {gemm: 300, elementwise: 40, default: 100}}``). NeuSight's 151k rows are
+98% of the pack; a cap of a few hundred per GPU and op keeps every op and GPU and makes the job minutes instead of
+an hour (the README's NeuSight evaluation: 5x the rows do not move leave-one-GPU-out).
 
 :class:`ReferenceBackend` satisfies ``data.backends.Backend``: ``rows()`` is what collection takes (every selected
 row, validated, ``backend = reference``); ``measure(workload)`` looks one workload up (``hardware`` in the workload
@@ -18,6 +19,7 @@ picks the GPU; the median runtime of its rows) and is an error row where the pac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +27,7 @@ import pandas as pd
 
 from data.reference import PACK_NAME, REFERENCE_DIR, load_reference
 from data.schema import validate
-from data.workloads import shape_id
+from data.workloads import OPS, shape_id
 
 GROUP = ("source", "hardware", "op", "dtype")
 
@@ -108,8 +110,8 @@ def select(
     pack: pd.DataFrame, sources=None, hardware_ids=None, cap: dict | None = None, seed: int = 0, exclude_hardware=None
 ) -> pd.DataFrame:
     """Rows of ``sources`` (prefixes) and ``hardware_ids``, none of ``exclude_hardware``; at most ``cap[prefix]`` rows
-    per (source, hardware, op,
-    dtype) of a source starting with that prefix (seeded sample), every row of the others; pack order kept."""
+    per (source, hardware, op, dtype) of a source starting with that prefix (seeded sample; :func:`op_cap`: one
+    number, or one per op / op family), every row of the others; pack order kept."""
     keep = np.ones(len(pack), bool)
     source = pack["source"].astype(str)
     if sources:
@@ -119,15 +121,36 @@ def select(
     if exclude_hardware:
         keep &= ~pack["hardware"].isin(list(exclude_hardware)).to_numpy()
     rng = np.random.default_rng(seed)
-    for prefix, n in (cap or {}).items():
-        if n is None:
+    for prefix, spec in (cap or {}).items():
+        if spec is None:
             continue
         capped = keep & source.str.startswith(str(prefix)).to_numpy()
-        for idx in pack[capped].groupby(list(GROUP), sort=True).indices.values():
+        for key, idx in pack[capped].groupby(list(GROUP), sort=True).indices.items():
+            n = op_cap(spec, key[GROUP.index("op")], prefix)
             positions = np.flatnonzero(capped)[idx]
-            if len(positions) > int(n):
+            if n is not None and len(positions) > int(n):
                 keep[rng.permutation(positions)[int(n) :]] = False
     return pack[keep].reset_index(drop=True)
+
+
+def op_cap(spec, op: str, prefix: str = "") -> int | None:
+    """The cap of one op under a source's ``spec``: a number (every op), None (no cap), or a mapping from op name,
+    op family or ``default`` to a number or None (the op's own entry first, then its family's, then ``default``; no
+    entry: no cap). A key that is neither an op, a family nor ``default`` is an error (a typo would cap nothing)."""
+    if not isinstance(spec, Mapping):
+        return None if spec is None else int(spec)
+    families = {o.family for o in OPS.values()}
+    unknown = sorted(str(k) for k in spec if k != "default" and k not in OPS and k not in families)
+    if unknown:
+        raise ValueError(
+            f"reference cap for {prefix!r}: {', '.join(map(repr, unknown))} is not an op, an op family or 'default' "
+            f"(families: {', '.join(sorted(families))})"
+        )
+    family = OPS[op].family if op in OPS else None
+    for key in (op, family, "default"):
+        if key in spec:
+            return None if spec[key] is None else int(spec[key])
+    return None
 
 
 def training_summary(rows: pd.DataFrame) -> str:
