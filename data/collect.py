@@ -85,12 +85,14 @@ def collect_from_config(cfg, registry, progress: bool = True, load: Callable | N
     ops = OmegaConf.to_container(sweep.ops, resolve=True)
     if not cfg.backends:
         raise ValueError("collect.backends is empty; nothing to measure")
-    frames, specs = [], []
-    for name in cfg.backends:
+    frames, specs, plan = [], [], []
+    for name in cfg.backends:  # every backend built (and its settings checked) before any of them measures
         options = (cfg.get("backend") or {}).get(name)
         dtypes = list((options or {}).get("dtypes") or ["float32"])
+        plan.append((dtypes, make_backends(name, load(name), options, registry)))
+    for dtypes, backends in plan:
         workloads = random_sweep(ops, dtypes, cfg.seed, sweep.max_flops, sweep.max_bytes)
-        for backend in make_backends(name, load(name), options, registry):
+        for backend in backends:
             if callable(getattr(backend, "rows", None)):  # replays measured rows (reference): no sweep to measure
                 frames.append(backend.rows())
                 continue

@@ -49,6 +49,8 @@ def test_reference_backend_caps_filters_and_replays_the_pack(pack):
     assert ns["bmm"] == 7 and ns["linear"] == 3 and ns["add"] == 2 and ns["softmax"] == 4, ns.to_dict()
     with pytest.raises(ValueError, match="'gemms' is not an op, an op family or 'default'"):
         select(pack, cap={"neusight": {"gemms": 10}})
+    with pytest.raises(ValueError, match="'gemms' is not an op"):  # at construction, before any backend measures
+        ReferenceBackend(cap={"neusight": {"gemms": 10}})
 
     backend = ReferenceBackend(cap={"neusight": 5, "deepbench": 2, "hopper": 2})
     backend._rows = pack

@@ -51,7 +51,7 @@ class ReferenceBackend:
         self.sources = list(sources) if sources else None
         self.hardware_ids = list(hardware_ids) if hardware_ids else None
         self.exclude_hardware = list(exclude_hardware) if exclude_hardware else None
-        self.cap = dict(cap or {})
+        self.cap = check_cap(cap)  # a bad cap fails here, before any backend measures
         self.seed = int(seed)
         self.verify = verify
         self._rows: pd.DataFrame | None = None
@@ -121,31 +121,39 @@ def select(
     if exclude_hardware:
         keep &= ~pack["hardware"].isin(list(exclude_hardware)).to_numpy()
     rng = np.random.default_rng(seed)
-    for prefix, spec in (cap or {}).items():
+    for prefix, spec in check_cap(cap).items():
         if spec is None:
             continue
         capped = keep & source.str.startswith(str(prefix)).to_numpy()
         for key, idx in pack[capped].groupby(list(GROUP), sort=True).indices.items():
-            n = op_cap(spec, key[GROUP.index("op")], prefix)
+            n = op_cap(spec, key[GROUP.index("op")])
             positions = np.flatnonzero(capped)[idx]
             if n is not None and len(positions) > int(n):
                 keep[rng.permutation(positions)[int(n) :]] = False
     return pack[keep].reset_index(drop=True)
 
 
-def op_cap(spec, op: str, prefix: str = "") -> int | None:
+def check_cap(cap: dict | None) -> dict:
+    """``cap`` as given, after checking each source's entry (:func:`op_cap`): a key of a per-op mapping that is neither
+    an op, an op family nor ``default`` is one error (a typo would cap nothing)."""
+    families = {o.family for o in OPS.values()}
+    for prefix, spec in (cap or {}).items():
+        if isinstance(spec, Mapping):
+            unknown = sorted(str(k) for k in spec if k != "default" and k not in OPS and k not in families)
+            if unknown:
+                raise ValueError(
+                    f"reference cap for {prefix!r}: {', '.join(map(repr, unknown))} is not an op, an op family or "
+                    f"'default' (families: {', '.join(sorted(families))})"
+                )
+    return dict(cap or {})
+
+
+def op_cap(spec, op: str) -> int | None:
     """The cap of one op under a source's ``spec``: a number (every op), None (no cap), or a mapping from op name,
     op family or ``default`` to a number or None (the op's own entry first, then its family's, then ``default``; no
-    entry: no cap). A key that is neither an op, a family nor ``default`` is an error (a typo would cap nothing)."""
+    entry: no cap)."""
     if not isinstance(spec, Mapping):
         return None if spec is None else int(spec)
-    families = {o.family for o in OPS.values()}
-    unknown = sorted(str(k) for k in spec if k != "default" and k not in OPS and k not in families)
-    if unknown:
-        raise ValueError(
-            f"reference cap for {prefix!r}: {', '.join(map(repr, unknown))} is not an op, an op family or 'default' "
-            f"(families: {', '.join(sorted(families))})"
-        )
     family = OPS[op].family if op in OPS else None
     for key in (op, family, "default"):
         if key in spec:
