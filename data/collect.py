@@ -51,6 +51,7 @@ def make_backends(name: str, base, options, registry) -> list:
     """The backends one ``collect.backends`` entry stands for: ``base`` (its config file) with the job's ``options``
     (``collect.backend.<name>``) merged over it; ``options.hardware`` (a registry id or a list of them) makes one
     backend per hardware, each given the registry's spec. ``dtypes`` is the sweep's, not the backend's."""
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -61,7 +62,12 @@ def make_backends(name: str, base, options, registry) -> list:
     node = OmegaConf.merge({"name": name, "backend": base}, {"backend": options})
     cfg = OmegaConf.to_container(node, resolve=True)["backend"]
     if hardware is None:
-        return [instantiate(cfg)]
+        try:
+            return [instantiate(cfg)]
+        except InstantiationException as exc:  # a setting the backend refuses: its own one-line error, not Hydra's
+            if isinstance(exc.__cause__, ValueError):
+                raise exc.__cause__ from None
+            raise
     cfg.pop("hardware", None)
     make = instantiate(cfg, _partial_=True)  # the spec object goes in as is (instantiate would make it a config)
     return [make(hardware=registry.get(hw)) for hw in ([hardware] if isinstance(hardware, str) else hardware)]

@@ -97,6 +97,33 @@ SPEC_ONLY = [  # GPUs with a spec sheet only (no measured row anywhere), an old 
 
 
 @pytest.mark.slow
+def test_a_bad_reference_cap_fails_before_any_backend_measures(monkeypatch):
+    """Every backend of ``collect.backends`` is built (its settings checked) before any of them measures: a typo in
+    the reference cap is one error, not a CPU sweep measured and then thrown away."""
+    from omegaconf import OmegaConf
+
+    import data.collect as collect_module
+    from data.hardware import HardwareRegistry
+
+    cfg = OmegaConf.create(
+        {
+            "seed": 0,
+            "sweep": {
+                "max_flops": 1e6,
+                "max_bytes": 1e6,
+                "ops": {"add": {"n": 2, "params": {"m": [1, 8], "n": [16, 32]}}},
+            },
+            "backends": ["cpu", "reference"],
+            "backend": {"cpu": {"dtypes": ["float32"]}, "reference": {"cap": {"neusight": {"gemms": 3}}}},
+        }
+    )
+    monkeypatch.setattr(
+        collect_module, "collect", lambda *a, **k: pytest.fail("a backend measured before the cap check")
+    )
+    with pytest.raises(ValueError, match="reference cap for 'neusight': 'gemms' is not an op"):
+        collect_module.collect_from_config(cfg, HardwareRegistry.from_dir(), progress=False)
+
+
 def test_spec_only_gpus_answer_with_a_domain_flag_via_cli_and_python(tiny_run, tmp_path):
     cpu = pd.read_parquet(next((tiny_run["out"] / "datasets").glob("*.parquet")))
     cpu_id = cpu.loc[cpu["backend"] == "cpu", "hardware"].iloc[0]
