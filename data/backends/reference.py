@@ -128,8 +128,8 @@ def select(
         for key, idx in pack[capped].groupby(list(GROUP), sort=True).indices.items():
             n = op_cap(spec, key[GROUP.index("op")])
             positions = np.flatnonzero(capped)[idx]
-            if n is not None and len(positions) > int(n):
-                keep[rng.permutation(positions)[int(n) :]] = False
+            if n is not None and len(positions) > n:
+                keep[rng.permutation(positions)[n:]] = False
     return pack[keep].reset_index(drop=True)
 
 
