@@ -64,6 +64,15 @@ BOUNDED_FAMILIES = ("gemm", "attention")  # efficiency bound e_max_gemm: the phy
 # a fuller tail wave, fuller tiles, wider-aligned operands and a longer main loop per CTA (K per split-K slice: the
 # prologue / epilogue amortised over more steps) never make a kernel less efficient
 MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_per_split": 1}
+# Bytes over L2 is not a learner input of GEMM rows (``gemm_bytes_over_l2=False``): a GEMM's operands are re-read in
+# tiles, so whether all of them fit in L2 says little of its rate, while across training GPUs the ratio names the GPU
+# (L2 of 2-6 MB on the P4, T4, P100 and V100, 40-50 MB on the A100 and H200): the trees learned the levels of the
+# GPUs that have each ratio (the 70 W cards run long GEMMs at 0.2-0.4 of their peak), and a held-out V100's long
+# linears (0.86 of its peak) came out 1.6x slow, the L2 column the largest negative contribution to their margin
+# (-0.33). Memory-bound ops and convolutions (an input re-read k x k times) keep it. Measured (by-family
+# sample, each NeuSight GPU held out, trained on the rest with DeepBench and the H200, physics model alone, 3 seeds):
+# MAPE over the held-out GPU's rows 17.4 / 17.4 / 17.6 -> 16.3 / 16.4 / 17.1; the checks: docs/extrapolation.md.
+L2_INPUT = "log2_bytes_over_l2"
 MIN_CALIBRATION_ROWS = 5
 MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
 CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-validation on the new GPU's rows
@@ -306,6 +315,7 @@ class PhysicsModel(CostModel):
         hardware_corrections: bool = True,
         borrow_corrections: bool = True,
         keep_rows: int = 50000,
+        gemm_bytes_over_l2: bool = False,
         random_state: int = 0,
         n_jobs: int = 1,
     ):
@@ -331,6 +341,7 @@ class PhysicsModel(CostModel):
         self.hardware_corrections = hardware_corrections
         self.borrow_corrections = borrow_corrections
         self.keep_rows = keep_rows
+        self.gemm_bytes_over_l2 = gemm_bytes_over_l2
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -368,11 +379,19 @@ class PhysicsModel(CostModel):
         self.margin_shift_ = self.learner == "xgb"
         shift = self._shift(X)
         self.base_margin_ = float(np.median(np.log(eff0 / (1 - eff0)) - shift))
-        F = X[list(FEATURES)].to_numpy(np.float32)
+        F = self._inputs(X)
         if self.learner == "xgb":
             self._fit_xgb(F, phys, floor, y, e_max, self.base_margin_ + shift)
         else:
             self._fit_mlp(F, phys, floor, y, e_max)
+
+    def _inputs(self, X: pd.DataFrame) -> np.ndarray:
+        """The learners' input matrix (:data:`FEATURES`): bytes over L2 zeroed on GEMM rows unless
+        ``gemm_bytes_over_l2`` (:data:`L2_INPUT`)."""
+        F = np.array(X[list(FEATURES)], dtype=np.float32)  # a copy: the frame's own values stay as they are
+        if not self.gemm_bytes_over_l2:
+            F[X["family_gemm"].to_numpy(float) > 0, FEATURES.index(L2_INPUT)] = 0.0
+        return F
 
     def _e_max(self, X: pd.DataFrame) -> np.ndarray:
         """Per row the efficiency bound: ``e_max_gemm`` for GEMMs and attention on GPUs (the physics counts the
@@ -446,7 +465,7 @@ class PhysicsModel(CostModel):
                 continue
             rounds = min(MAX_FIT_CORRECTION_ROUNDS, len(idx) // CORRECTION_ROWS_PER_ROUND)
             Xi = X.iloc[idx].reset_index(drop=True)
-            corr = _fit_correction(Xi, floor[idx], kernel[idx], logy[idx], rounds, self.random_state)
+            corr = _fit_correction(self._inputs(Xi), floor[idx], kernel[idx], logy[idx], rounds, self.random_state)
             corr.update(
                 key=str(key),
                 hardware="",
@@ -467,7 +486,7 @@ class PhysicsModel(CostModel):
 
     def _margin(self, X: pd.DataFrame) -> np.ndarray:
         """The efficiency's logit, clipped to +-MARGIN_CLIP (the MLP extrapolates linearly far outside)."""
-        F = X[list(FEATURES)].to_numpy(np.float32)
+        F = self._inputs(X)
         if self.learner == "xgb":
             d = xgb.DMatrix(F, feature_names=list(FEATURES))
             d.set_base_margin(self.base_margin_ + self._shift(X))
@@ -505,7 +524,7 @@ class PhysicsModel(CostModel):
                         which[m] = i
                     elif m.any():
                         floor[m] = floor[m] * c["floor_scale"]
-                        kernel[m] = kernel[m] * np.exp(_correction_margin(c, X[m]))
+                        kernel[m] = kernel[m] * np.exp(_correction_margin(c, self._inputs(X[m])))
                         which[m] = i
                 if fit and self.borrow_corrections:
                     self._borrow(X, floor, kernel, which, modes)
@@ -535,7 +554,7 @@ class PhysicsModel(CostModel):
                 Xm = X[m]
                 same = regime_index(Xm) == c.get("harness", -1)  # a floor scale is the donor harness's
                 floor[m] = floor[m] * np.where(same, c["floor_scale"] ** w, 1.0)
-                kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, Xm))
+                kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, self._inputs(Xm)))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         X = physics_frame(X)
@@ -668,7 +687,7 @@ class PhysicsModel(CostModel):
             if rounds < 0:  # the model's own answer is better out of fold than any correction of it from these rows
                 corr = {"floor_scale": 1.0, "bias": 0.0, "rounds": 0, "booster": None}
             else:
-                corr = _fit_correction(X_new, base_floor, base_kernel, logy, rounds, self.random_state)
+                corr = _fit_correction(self._inputs(X_new), base_floor, base_kernel, logy, rounds, self.random_state)
             corr["method"] = "correction"
         base_log = np.log(base_floor + base_kernel)
         corr.update(
@@ -705,7 +724,7 @@ class PhysicsModel(CostModel):
         return oof
 
     def _choose_rounds(self, X, floor, kernel, logy) -> tuple[int, np.ndarray]:
-        n = len(X)
+        n, F = len(X), self._inputs(X)
         n_folds = n if n < 20 else 5  # few rows: leave one out
         folds = np.random.default_rng(self.random_state).permutation(n) % n_folds
         base = np.log(floor + kernel)  # no correction at all (-1): kept when no fitted one beats it out of fold
@@ -716,8 +735,8 @@ class PhysicsModel(CostModel):
             oof = np.zeros(n)
             for k in np.unique(folds):
                 tr, te = folds != k, folds == k
-                c = _fit_correction(X[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state)
-                g = _correction_margin(c, X[te])
+                c = _fit_correction(F[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state)
+                g = _correction_margin(c, F[te])
                 oof[te] = np.log(floor[te] * c["floor_scale"] + kernel[te] * np.exp(g))
             loss = float(np.mean((oof - logy) ** 2))
             if loss < best[0] - 1e-12:
@@ -730,6 +749,7 @@ class PhysicsModel(CostModel):
             "floors": self.floors_,
             "base_margin": self.base_margin_,
             "margin_shift": self.margin_shift_,
+            "gemm_bytes_over_l2": self.gemm_bytes_over_l2,
             "bounds": {"e_max": self.e_max, "e_max_gemm": self.e_max_gemm},
             "domain": self.domain_.to_dict(),
             "widening": self.widening_,
@@ -761,6 +781,8 @@ class PhysicsModel(CostModel):
         self.floors_ = {r: dict(floors.get(r, floors["back_to_back"])) for r in FLOOR_REGIMES}
         self.base_margin_ = state["base_margin"]
         self.margin_shift_ = state.get("margin_shift", False)  # saved before the offset: margins without it
+        # saved before GEMM rows stopped reading bytes over L2: they read it, as the model was trained
+        self.gemm_bytes_over_l2 = state.get("gemm_bytes_over_l2", True)
         if "bounds" not in state:  # saved before the per-family bound: one bound for every family, as it was trained
             self.e_max_gemm = self.e_max
         self.domain_ = Domain.from_dict(state["domain"])
@@ -788,8 +810,9 @@ class PhysicsModel(CostModel):
 
 
 # --- few-shot correction ------------------------------------------------------------------------------------
-def _fit_correction(X, floor, kernel, logy, rounds: int, seed: int) -> dict:
-    """Floor scale and kernel log-bias by grid search, then ``rounds`` boosted trees of the log-correction."""
+def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int) -> dict:
+    """Floor scale and kernel log-bias by grid search, then ``rounds`` boosted trees of the log-correction on the
+    learner inputs ``F`` (``PhysicsModel._inputs``)."""
     best = (np.inf, 1.0, 0.0)
     for scale in np.geomspace(0.25, 4.0, 25):
         for bias in np.linspace(-2.0, 2.0, 81):
@@ -799,18 +822,18 @@ def _fit_correction(X, floor, kernel, logy, rounds: int, seed: int) -> dict:
     _, scale, bias = best
     corr = {"floor_scale": scale, "bias": bias, "rounds": int(rounds), "booster": None}
     if rounds:
-        d = xgb.DMatrix(X[list(FEATURES)].to_numpy(np.float32), feature_names=list(FEATURES))
-        d.set_base_margin(np.full(len(X), bias))
+        d = xgb.DMatrix(F, feature_names=list(FEATURES))
+        d.set_base_margin(np.full(len(F), bias))
         params = {"eta": 0.1, "max_depth": 3, "min_child_weight": 2, "reg_lambda": 1.0, "seed": seed, "nthread": 1}
         corr["booster"] = xgb.train(params, d, rounds, obj=_correction_objective(kernel, scale * floor, logy))
     return corr
 
 
-def _correction_margin(corr: dict, X: pd.DataFrame) -> np.ndarray:
+def _correction_margin(corr: dict, F: np.ndarray) -> np.ndarray:
     if corr.get("booster") is None:
-        return np.full(len(X), corr["bias"])
-    d = xgb.DMatrix(X[list(FEATURES)].to_numpy(np.float32), feature_names=list(FEATURES))
-    d.set_base_margin(np.full(len(X), corr["bias"]))
+        return np.full(len(F), corr["bias"])
+    d = xgb.DMatrix(F, feature_names=list(FEATURES))
+    d.set_base_margin(np.full(len(F), corr["bias"]))
     return corr["booster"].predict(d, output_margin=True).astype(float)
 
 
