@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import copy
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -65,9 +64,7 @@ BOUNDED_FAMILIES = ("gemm", "attention")  # efficiency bound e_max_gemm: the phy
 # a fuller tail wave, fuller tiles, wider-aligned operands and a longer main loop per CTA (K per split-K slice: the
 # prologue / epilogue amortised over more steps) never make a kernel less efficient
 MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_per_split": 1}
-# Bytes over L2 is not a learner input of GEMM rows (``gemm_bytes_over_l2=False``: missing there, not a value that
-# means "bytes = L2" in the other families; set to 0 instead, a GEMM family held out of training came out at 106-120%
-# MAPE against 77% reading the column and 63-65% missing): a GEMM's operands are re-read in
+# Bytes over L2 is not a learner input of GEMM rows (``gemm_bytes_over_l2=False``): a GEMM's operands are re-read in
 # tiles, so whether all of them fit in L2 says little of its rate, while across training GPUs the ratio names the GPU
 # (L2 of 2-6 MB on the P4, T4, P100 and V100, 40-50 MB on the A100 and H200): the trees learned the levels of the
 # GPUs that have each ratio (the 70 W cards run long GEMMs at 0.2-0.4 of their peak), and a held-out V100's long
@@ -389,12 +386,11 @@ class PhysicsModel(CostModel):
             self._fit_mlp(F, phys, floor, y, e_max)
 
     def _inputs(self, X: pd.DataFrame) -> np.ndarray:
-        """The learners' input matrix (:data:`FEATURES`): bytes over L2 missing (NaN) on GEMM rows unless
-        ``gemm_bytes_over_l2`` (:data:`L2_INPUT`). XGBoost routes a missing value by its learned default; the MLP
-        imputes the column's mean."""
+        """The learners' input matrix (:data:`FEATURES`): bytes over L2 zeroed on GEMM rows unless
+        ``gemm_bytes_over_l2`` (:data:`L2_INPUT`)."""
         F = np.array(X[list(FEATURES)], dtype=np.float32)  # a copy: the frame's own values stay as they are
         if not self.gemm_bytes_over_l2:
-            F[X["family_gemm"].to_numpy(float) > 0, FEATURES.index(L2_INPUT)] = np.nan
+            F[X["family_gemm"].to_numpy(float) > 0, FEATURES.index(L2_INPUT)] = 0.0
         return F
 
     def _e_max(self, X: pd.DataFrame) -> np.ndarray:
@@ -435,13 +431,13 @@ class PhysicsModel(CostModel):
         from models.gnn import trainer
 
         torch.set_num_threads(max(1, self.n_jobs))
-        with warnings.catch_warnings():  # a column missing on every row (GEMMs only): mean 0, std 1
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean, std = np.nanmean(F, axis=0), np.nanstd(F, axis=0)
-        self.mean_, self.std_ = np.nan_to_num(mean), np.maximum(np.nan_to_num(std), 1e-6)
+        self.mean_, self.std_ = F.mean(axis=0), np.maximum(F.std(axis=0), 1e-6)
         net = _mlp(len(FEATURES), self.hidden, self.base_margin_)
         data = torch.utils.data.TensorDataset(
-            *(torch.as_tensor(np.asarray(a, np.float32)) for a in (self._standard(F), phys, floor, np.log(y), e_max))
+            *(
+                torch.as_tensor(np.asarray(a, np.float32))
+                for a in ((F - self.mean_) / self.std_, phys, floor, np.log(y), e_max)
+            )
         )
         batches = torch.utils.data.BatchSampler(  # whole batches by one fancy index each (not row by row)
             torch.utils.data.RandomSampler(data, generator=torch.Generator().manual_seed(self.random_state)),
@@ -452,10 +448,6 @@ class PhysicsModel(CostModel):
         steps = self.epochs * len(loader)
         trainer(self.epochs, self.random_state).fit(_mlp_module(net, self.mlp_learning_rate, steps), loader)
         self.net_ = net.eval()
-
-    def _standard(self, F: np.ndarray) -> np.ndarray:
-        """The MLP's standardised inputs; a missing input (:meth:`_inputs`) at the column's mean (0)."""
-        return np.nan_to_num((F - self.mean_) / self.std_, nan=0.0)
 
     def _fit_hardware_corrections(self, X: pd.DataFrame, y: np.ndarray) -> list[dict]:
         """Each training GPU (spec position) and math mode with :data:`MIN_FIT_CORRECTION_ROWS` rows gets its own
@@ -503,7 +495,7 @@ class PhysicsModel(CostModel):
             import torch
 
             with torch.no_grad():
-                margin = self.net_(torch.as_tensor(self._standard(F), dtype=torch.float32)).numpy()
+                margin = self.net_(torch.as_tensor((F - self.mean_) / self.std_, dtype=torch.float32)).numpy()
         return np.clip(margin.astype(float), -MARGIN_CLIP, MARGIN_CLIP)
 
     def efficiency(self, X: pd.DataFrame) -> np.ndarray:

@@ -532,8 +532,7 @@ def test_a_model_saved_before_the_margin_offset_predicts_as_trained(tmp_path, mo
 
 def test_a_gemms_efficiency_does_not_read_bytes_over_l2():
     """GEMM rows do not read bytes / L2 (across GPUs it names the GPU, models.physics.L2_INPUT): a GEMM's efficiency
-    is the same whatever the ratio, the column is missing for its learners; a model asked to read it
-    (``gemm_bytes_over_l2=True``) gets the column."""
+    is the same whatever the ratio; a model asked to read it (``gemm_bytes_over_l2=True``) gets the column."""
     X = small_frame()
     model = fitted()
     gemm = X[(X["family_gemm"] > 0).to_numpy()].head(50).reset_index(drop=True)
@@ -542,7 +541,7 @@ def test_a_gemms_efficiency_does_not_read_bytes_over_l2():
     small["log2_bytes_over_l2"], large["log2_bytes_over_l2"] = -8.0, 12.0
     np.testing.assert_array_equal(model.efficiency(small), model.efficiency(large))
     column = FEATURES.index("log2_bytes_over_l2")
-    assert np.all(np.isnan(model._inputs(large)[:, column]))  # missing: XGBoost routes it by its learned default
+    assert np.all(model._inputs(large)[:, column] == 0)
     reads = PhysicsModel(**FAST, gemm_bytes_over_l2=True)
     assert np.all(reads._inputs(large)[:, column] == 12.0)
     assert np.all(large["log2_bytes_over_l2"] == 12.0)  # the frame itself is left as it was
