@@ -532,7 +532,8 @@ def test_a_model_saved_before_the_margin_offset_predicts_as_trained(tmp_path, mo
 
 def test_a_gemms_efficiency_does_not_read_bytes_over_l2():
     """GEMM rows do not read bytes / L2 (across GPUs it names the GPU, models.physics.L2_INPUT): a GEMM's efficiency
-    is the same whatever the ratio; a model asked to read it (``gemm_bytes_over_l2=True``) gets the column."""
+    is the same whatever the ratio; a model asked to read it (``gemm_bytes_over_l2=True``), or one that never saw a
+    GEMM, gets the column."""
     X = small_frame()
     model = fitted()
     gemm = X[(X["family_gemm"] > 0).to_numpy()].head(50).reset_index(drop=True)
@@ -545,6 +546,13 @@ def test_a_gemms_efficiency_does_not_read_bytes_over_l2():
     reads = PhysicsModel(**FAST, gemm_bytes_over_l2=True)
     assert np.all(reads._inputs(large)[:, column] == 12.0)
     assert np.all(large["log2_bytes_over_l2"] == 12.0)  # the frame itself is left as it was
+    # a model that never saw a GEMM predicts them as the convolutions it knows, which read the ratio
+    no_gemm = (X["family_gemm"] == 0).to_numpy()
+    y = small_rows()["runtime_ms"].to_numpy()
+    never = PhysicsModel(**FAST).fit(X[no_gemm].reset_index(drop=True), y[no_gemm])
+    assert model.gemm_l2_masked_ is True and never.gemm_l2_masked_ is False
+    assert np.all(never._inputs(large)[:, column] == 12.0)
+    assert not np.array_equal(never.efficiency(small), never.efficiency(large))
 
 
 def test_a_model_saved_before_gemms_stopped_reading_bytes_over_l2_predicts_as_trained(tmp_path):
@@ -554,10 +562,12 @@ def test_a_model_saved_before_gemms_stopped_reading_bytes_over_l2_predicts_as_tr
     rows, X = small_rows(), small_frame()
     old = PhysicsModel(**FAST, gemm_bytes_over_l2=True).fit(X, rows["runtime_ms"].to_numpy())
     path = old.save(tmp_path / "old")
-    for name in ("physics.json", META):  # the saved state and the saved parameters, as an older artifact has them
-        state = json.loads((path / name).read_text())
-        (state if name == "physics.json" else state["params"]).pop("gemm_bytes_over_l2")
-        (path / name).write_text(json.dumps(state))
+    state = json.loads((path / "physics.json").read_text())  # the state and parameters of an older artifact
+    del state["gemm_bytes_over_l2"], state["gemm_l2_masked"]
+    (path / "physics.json").write_text(json.dumps(state))
+    meta = json.loads((path / META).read_text())
+    del meta["params"]["gemm_bytes_over_l2"]
+    (path / META).write_text(json.dumps(meta))
     loaded = load_model(path)
-    assert loaded.gemm_bytes_over_l2 is True
+    assert loaded.gemm_bytes_over_l2 is True and loaded.gemm_l2_masked_ is False
     np.testing.assert_allclose(loaded.predict(X), old.predict(X), rtol=1e-6)
