@@ -96,7 +96,6 @@ SPEC_ONLY = [  # GPUs with a spec sheet only (no measured row anywhere), an old 
 ]
 
 
-@pytest.mark.slow
 def test_a_bad_reference_cap_fails_before_any_backend_measures(monkeypatch):
     """Every backend of ``collect.backends`` is built (its settings checked) before any of them measures: a typo in
     the reference cap is one error, not a CPU sweep measured and then thrown away."""
@@ -124,6 +123,7 @@ def test_a_bad_reference_cap_fails_before_any_backend_measures(monkeypatch):
         collect_module.collect_from_config(cfg, HardwareRegistry.from_dir(), progress=False)
 
 
+@pytest.mark.slow
 def test_spec_only_gpus_answer_with_a_domain_flag_via_cli_and_python(tiny_run, tmp_path):
     cpu = pd.read_parquet(next((tiny_run["out"] / "datasets").glob("*.parquet")))
     cpu_id = cpu.loc[cpu["backend"] == "cpu", "hardware"].iloc[0]
