@@ -38,15 +38,25 @@ Memory: ``t_memory = bytes / bandwidth`` with bytes = inputs + weights + outputs
 ``physics_ms = max(t_compute, t_memory)``: a roofline with tile and wave quantisation. What physics misses
 (per-tile efficiency, ramp-up, L2 reuse, library heuristics, the launch floor) is left to the learner, which
 sees only dimensionless numbers: waves, tail-wave occupancy, tile fill, K depth, aspect ratios, alignment,
-compute time over memory time, bytes over L2, dtype class, op family.
+operand layout, compute time over memory time, bytes over L2, dtype class, op family.
+
+Operand layout (:func:`layout_of`): a GEMM's A stored ``[k, m]`` (``transpose_a``) or B stored ``[n, k]``
+(``transpose_b``, ``nn.Linear``'s weight) is read along another axis, and the library runs another kernel for it
+(cuBLAS's NN / NT / TN variants): DeepBench times each shape in two layouts, and on the TITAN X Pascal the same
+24000 x 8448 x 2816 float32 GEMM takes 109 ms in one and 152 ms in the other. Taken from ``transpose_a`` /
+``transpose_b`` columns (0 / 1) where given, else from a row's ``config`` (DeepBench's rows carry their
+transposes there), else A and B as stored row-major (``matmul``, ``bmm``); ``linear``'s weight is always ``[n, k]``.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
 
 from data.backends.sim_roofline import gemm_dims
+from data.costs import echo
 from data.hardware import HardwareRegistry, HardwareSpec
 from data.workloads import OPS, SHAPE_PARAMS, count_cost
 from features.tabular import DTYPE_BYTES, FeatureError, TabularFeaturizer
@@ -90,6 +100,8 @@ FEATURES = (
     "log2_m_over_n",
     "log2_batch",
     "log2_align_bytes",
+    "transpose_a",
+    "transpose_b",
     "log2_compute_over_memory",
     "log2_bytes_over_l2",
     "log2_elements_per_sm",
@@ -178,6 +190,39 @@ def harness_of(df: pd.DataFrame) -> np.ndarray:
     """Per row the index of its timing harness in :data:`HARNESSES` (float)."""
     names = row_setting(df, "harness", *MEASUREMENT_SETTINGS["harness"])
     return pd.Categorical(names, categories=HARNESSES).codes.astype(float)
+
+
+LAYOUT = ("transpose_a", "transpose_b")  # operand storage of a GEMM row (module docstring, :func:`layout_of`)
+LAYOUT_OPS = ("matmul", "bmm", "linear")
+
+
+def layout_of(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per row ``transpose_a`` / ``transpose_b`` (0.0 or 1.0) of a GEMM op (0 for other ops): the columns where
+    given (0 / 1 / true / false; anything else is a ``FeatureError`` naming the row), else the row's ``config`` (JSON
+    with those keys, as DeepBench's rows carry them), else 0; ``linear`` always reads its weight as ``[n, k]``."""
+    ops = df["op"].to_numpy(object)
+    out = {name: np.zeros(len(df)) for name in LAYOUT}
+    if "config" in df.columns:
+        cfg = df["config"].astype(str).to_numpy()
+        for value, idx in pd.Series(np.arange(len(df))).groupby(cfg, sort=False).indices.items():
+            try:
+                parsed = json.loads(value) if value.startswith("{") else {}
+            except ValueError:
+                parsed = {}
+            for name in LAYOUT:
+                out[name][idx] = 1.0 if parsed.get(name) in (1, True) else 0.0
+    for name in LAYOUT:
+        if name in df.columns:
+            given = df[name]
+            named = given.notna().to_numpy() & (given.astype(str).str.strip() != "").to_numpy()
+            text = given.astype(str).str.strip().str.lower().to_numpy()
+            bad = np.flatnonzero(named & ~np.isin(text, ("0", "1", "0.0", "1.0", "true", "false")))
+            if len(bad):
+                raise FeatureError(f"row {bad[0]}: {name} must be 0 or 1, got {echo(given.iloc[bad[0]], 20)}")
+            out[name][named] = np.isin(text[named], ("1", "1.0", "true")).astype(float)
+    out["transpose_b"][ops == "linear"] = 1.0
+    gemm = np.isin(ops, LAYOUT_OPS)
+    return {name: np.where(gemm, v, 0.0) for name, v in out.items()}
 
 
 def conv_tf32_of(df: pd.DataFrame) -> np.ndarray:
@@ -361,6 +406,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["log2_m_over_n"] = np.where(is_gemm, np.log2(m / n), 0.0)
     X["log2_batch"] = np.log2(batch)
     X["log2_align_bytes"] = np.log2(align)
+    X.update(layout_of(df))
     X["log2_compute_over_memory"] = np.where(is_gemm, np.log2(np.maximum(t_c, 1e-15) / t_m), -10.0)
     X["log2_bytes_over_l2"] = np.log2(nbytes / hw["l2"])
     X["log2_elements_per_sm"] = np.log2(elements / sms)

@@ -52,6 +52,7 @@ from features.physics import (
     HARDWARE,
     HARDWARE_IDENTITY,
     HARNESSES,
+    LAYOUT,
     MODES,
     SIZE,
     PhysicsFeaturizer,
@@ -76,6 +77,8 @@ MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_
 # held out, trained on the rest with DeepBench and the H200, physics model alone, 3 seeds): MAPE over the held-out
 # GPU's rows 17.4 / 17.4 / 17.6 -> 16.3 / 16.4 / 17.1; the checks: docs/extrapolation.md.
 L2_INPUT = "log2_bytes_over_l2"
+# the learner inputs of a model saved before the operand layout (features.physics.LAYOUT) was one: it reads those
+FEATURES_BEFORE_LAYOUT = tuple(f for f in FEATURES if f not in LAYOUT)
 MIN_CALIBRATION_ROWS = 5
 MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
 CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-validation on the new GPU's rows
@@ -377,6 +380,7 @@ class PhysicsModel(CostModel):
         # masked only where GEMMs were learned: a model that never saw one predicts them as the implicit GEMMs it knows
         # (convolutions), which read the ratio
         self.gemm_l2_masked_ = not self.gemm_bytes_over_l2 and bool((X["family_gemm"].to_numpy(float) > 0).any())
+        self.inputs_ = FEATURES
         self.floors_ = estimate_floors(X, y, self.harness_floors)
         floor = self._floor(X)
         phys = X["physics_ms"].to_numpy(float)
@@ -392,11 +396,13 @@ class PhysicsModel(CostModel):
             self._fit_mlp(F, phys, floor, y, e_max)
 
     def _inputs(self, X: pd.DataFrame) -> np.ndarray:
-        """The learners' input matrix (:data:`FEATURES`): bytes over L2 zeroed on GEMM rows where the model masks it
-        (:data:`L2_INPUT`: ``gemm_bytes_over_l2`` false and GEMM rows in training)."""
-        F = np.array(X[list(FEATURES)], dtype=np.float32)  # a copy: the frame's own values stay as they are
+        """The learners' input matrix (the columns ``inputs_``: :data:`FEATURES` since the operand layout is one):
+        bytes over L2 zeroed on GEMM rows where the model masks it (:data:`L2_INPUT`: ``gemm_bytes_over_l2`` false
+        and GEMM rows in training)."""
+        names = list(getattr(self, "inputs_", FEATURES))
+        F = np.array(X[names], dtype=np.float32)  # a copy: the frame's own values stay as they are
         if getattr(self, "gemm_l2_masked_", not self.gemm_bytes_over_l2):
-            F[X["family_gemm"].to_numpy(float) > 0, FEATURES.index(L2_INPUT)] = 0.0
+            F[X["family_gemm"].to_numpy(float) > 0, names.index(L2_INPUT)] = 0.0
         return F
 
     def _e_max(self, X: pd.DataFrame) -> np.ndarray:
@@ -426,8 +432,8 @@ class PhysicsModel(CostModel):
             "tree_method": "hist",
         }
         if self.monotone:
-            params["monotone_constraints"] = "(" + ",".join(str(MONOTONE.get(f, 0)) for f in FEATURES) + ")"
-        d = xgb.DMatrix(F, feature_names=list(FEATURES))
+            params["monotone_constraints"] = "(" + ",".join(str(MONOTONE.get(f, 0)) for f in self.inputs_) + ")"
+        d = xgb.DMatrix(F, feature_names=list(self.inputs_))
         d.set_base_margin(base_margin)
         self.booster_ = xgb.train(params, d, self.n_estimators, obj=_objective(phys, floor, np.log(y), e_max))
 
@@ -438,7 +444,7 @@ class PhysicsModel(CostModel):
 
         torch.set_num_threads(max(1, self.n_jobs))
         self.mean_, self.std_ = F.mean(axis=0), np.maximum(F.std(axis=0), 1e-6)
-        net = _mlp(len(FEATURES), self.hidden, self.base_margin_)
+        net = _mlp(len(self.inputs_), self.hidden, self.base_margin_)
         data = torch.utils.data.TensorDataset(
             *(
                 torch.as_tensor(np.asarray(a, np.float32))
@@ -471,7 +477,9 @@ class PhysicsModel(CostModel):
                 continue
             rounds = min(MAX_FIT_CORRECTION_ROUNDS, len(idx) // CORRECTION_ROWS_PER_ROUND)
             Xi = X.iloc[idx].reset_index(drop=True)
-            corr = _fit_correction(self._inputs(Xi), floor[idx], kernel[idx], logy[idx], rounds, self.random_state)
+            corr = _fit_correction(
+                self._inputs(Xi), floor[idx], kernel[idx], logy[idx], rounds, self.random_state, self.inputs_
+            )
             corr.update(
                 key=str(key),
                 hardware="",
@@ -494,7 +502,7 @@ class PhysicsModel(CostModel):
         """The efficiency's logit, clipped to +-MARGIN_CLIP (the MLP extrapolates linearly far outside)."""
         F = self._inputs(X)
         if self.learner == "xgb":
-            d = xgb.DMatrix(F, feature_names=list(FEATURES))
+            d = xgb.DMatrix(F, feature_names=list(self.inputs_))
             d.set_base_margin(self.base_margin_ + self._shift(X))
             margin = self.booster_.predict(d, output_margin=True)
         else:
@@ -506,14 +514,16 @@ class PhysicsModel(CostModel):
 
     def efficiency(self, X: pd.DataFrame) -> np.ndarray:
         """The learned efficiency physics_ms / kernel_ms in (0, e_max] (before any few-shot correction)."""
-        X = physics_frame(X)
+        return self._efficiency(physics_frame(X))
+
+    def _efficiency(self, X: pd.DataFrame) -> np.ndarray:
         return self._e_max(X) / (1.0 + np.exp(-self._margin(X)))
 
     def _parts(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(floor_ms, kernel_ms, correction index or -1)`` per row, the per-GPU corrections (fit-time per GPU and
         math mode, few-shot per GPU) applied."""
         floor = self._floor(X)
-        kernel = X["physics_ms"].to_numpy(float) / (self._e_max(X) / (1.0 + np.exp(-self._margin(X))))
+        kernel = X["physics_ms"].to_numpy(float) / self._efficiency(X)
         which = np.full(len(X), -1)
         if self.corrections_:
             keys = hardware_keys(X)
@@ -530,7 +540,7 @@ class PhysicsModel(CostModel):
                         which[m] = i
                     elif m.any():
                         floor[m] = floor[m] * c["floor_scale"]
-                        kernel[m] = kernel[m] * np.exp(_correction_margin(c, self._inputs(X[m])))
+                        kernel[m] = kernel[m] * np.exp(_correction_margin(c, self._inputs(X[m]), self.inputs_))
                         which[m] = i
                 if fit and self.borrow_corrections:
                     self._borrow(X, floor, kernel, which, modes)
@@ -560,7 +570,7 @@ class PhysicsModel(CostModel):
                 Xm = X[m]
                 same = regime_index(Xm) == c.get("harness", -1)  # a floor scale is the donor harness's
                 floor[m] = floor[m] * np.where(same, c["floor_scale"] ** w, 1.0)
-                kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, self._inputs(Xm)))
+                kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, self._inputs(Xm), self.inputs_))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         X = physics_frame(X)
@@ -693,7 +703,9 @@ class PhysicsModel(CostModel):
             if rounds < 0:  # the model's own answer is better out of fold than any correction of it from these rows
                 corr = {"floor_scale": 1.0, "bias": 0.0, "rounds": 0, "booster": None}
             else:
-                corr = _fit_correction(self._inputs(X_new), base_floor, base_kernel, logy, rounds, self.random_state)
+                corr = _fit_correction(
+                    self._inputs(X_new), base_floor, base_kernel, logy, rounds, self.random_state, self.inputs_
+                )
             corr["method"] = "correction"
         base_log = np.log(base_floor + base_kernel)
         corr.update(
@@ -741,8 +753,8 @@ class PhysicsModel(CostModel):
             oof = np.zeros(n)
             for k in np.unique(folds):
                 tr, te = folds != k, folds == k
-                c = _fit_correction(F[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state)
-                g = _correction_margin(c, F[te])
+                c = _fit_correction(F[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state, self.inputs_)
+                g = _correction_margin(c, F[te], self.inputs_)
                 oof[te] = np.log(floor[te] * c["floor_scale"] + kernel[te] * np.exp(g))
             loss = float(np.mean((oof - logy) ** 2))
             if loss < best[0] - 1e-12:
@@ -757,6 +769,7 @@ class PhysicsModel(CostModel):
             "margin_shift": self.margin_shift_,
             "gemm_bytes_over_l2": self.gemm_bytes_over_l2,
             "gemm_l2_masked": self.gemm_l2_masked_,
+            "inputs": list(self.inputs_),
             "bounds": {"e_max": self.e_max, "e_max_gemm": self.e_max_gemm},
             "domain": self.domain_.to_dict(),
             "widening": self.widening_,
@@ -791,6 +804,7 @@ class PhysicsModel(CostModel):
         # saved before GEMM rows stopped reading bytes over L2: they read it, as the model was trained
         self.gemm_bytes_over_l2 = state.get("gemm_bytes_over_l2", True)
         self.gemm_l2_masked_ = state.get("gemm_l2_masked", False)
+        self.inputs_ = tuple(state.get("inputs", FEATURES_BEFORE_LAYOUT))  # saved before the layout: without it
         if "bounds" not in state:  # saved before the per-family bound: one bound for every family, as it was trained
             self.e_max_gemm = self.e_max
         self.domain_ = Domain.from_dict(state["domain"])
@@ -798,7 +812,10 @@ class PhysicsModel(CostModel):
         self.rows_ = None  # saved before the model kept its rows: calibrate corrects, it cannot refit
         if (path / "training_rows.parquet").exists():
             frame = pd.read_parquet(path / "training_rows.parquet")
-            self.rows_ = {"X": frame.drop(columns=[ROWS_Y]), "y": frame[ROWS_Y].to_numpy(float)}
+            rows = frame.drop(columns=[ROWS_Y])
+            if "transpose_a" not in rows.columns:  # kept before the layout was a column: linear's weight is [n, k]
+                rows = rows.assign(transpose_a=0.0, transpose_b=rows["op_linear"].to_numpy(float))
+            self.rows_ = {"X": rows, "y": frame[ROWS_Y].to_numpy(float)}
         self.corrections_ = []
         for i, c in enumerate(state["corrections"]):
             file = path / f"correction_{i}.ubj"
@@ -812,15 +829,15 @@ class PhysicsModel(CostModel):
             import torch
 
             self.mean_, self.std_ = np.asarray(state["mean"], np.float32), np.asarray(state["std"], np.float32)
-            self.net_ = _mlp(len(FEATURES), self.hidden, self.base_margin_)
+            self.net_ = _mlp(len(self.inputs_), self.hidden, self.base_margin_)
             self.net_.load_state_dict(torch.load(path / "efficiency.pt"))
             self.net_.eval()
 
 
 # --- few-shot correction ------------------------------------------------------------------------------------
-def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int) -> dict:
+def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int, names=FEATURES) -> dict:
     """Floor scale and kernel log-bias by grid search, then ``rounds`` boosted trees of the log-correction on the
-    learner inputs ``F`` (``PhysicsModel._inputs``)."""
+    learner inputs ``F`` (``PhysicsModel._inputs``, columns ``names``)."""
     best = (np.inf, 1.0, 0.0)
     for scale in np.geomspace(0.25, 4.0, 25):
         for bias in np.linspace(-2.0, 2.0, 81):
@@ -830,17 +847,17 @@ def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int) 
     _, scale, bias = best
     corr = {"floor_scale": scale, "bias": bias, "rounds": int(rounds), "booster": None}
     if rounds:
-        d = xgb.DMatrix(F, feature_names=list(FEATURES))
+        d = xgb.DMatrix(F, feature_names=list(names))
         d.set_base_margin(np.full(len(F), bias))
         params = {"eta": 0.1, "max_depth": 3, "min_child_weight": 2, "reg_lambda": 1.0, "seed": seed, "nthread": 1}
         corr["booster"] = xgb.train(params, d, rounds, obj=_correction_objective(kernel, scale * floor, logy))
     return corr
 
 
-def _correction_margin(corr: dict, F: np.ndarray) -> np.ndarray:
+def _correction_margin(corr: dict, F: np.ndarray, names=FEATURES) -> np.ndarray:
     if corr.get("booster") is None:
         return np.full(len(F), corr["bias"])
-    d = xgb.DMatrix(F, feature_names=list(FEATURES))
+    d = xgb.DMatrix(F, feature_names=list(names))
     d.set_base_margin(np.full(len(F), corr["bias"]))
     return corr["booster"].predict(d, output_margin=True).astype(float)
 

@@ -32,7 +32,8 @@ of validity (``predict_domain``, e.g. ``models.physics``; meta ``domain``) serve
 distance outside its training data, takes an optional ``harness`` column (the timing harness a runtime is asked
 for: ``back_to_back``, the default, ``per_call`` or ``library_loop``; ``features.physics.HARNESSES``) and an optional
 ``conv_fp32_math`` column (``ieee``, the default, or ``tf32``: float32 convs under PyTorch's default cuDNN math;
-``features.physics.CONV_MATHS``) and adds ``in_domain``
+``features.physics.CONV_MATHS``), optional ``transpose_a`` / ``transpose_b`` columns (0 or 1: a GEMM's operand
+layout, ``features.physics.layout_of``) and adds ``in_domain``
 (bool), ``domain_distance`` (0 inside) and
 ``domain_reason`` (the largest contributor, e.g. ``hw_log2_peak_flops +1.78``; ``models.domain``); an MLIR row is
 inside only if every kernel is.

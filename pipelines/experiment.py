@@ -45,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.hardware import CONF_DIR, HardwareRegistry
 from data.workloads import SHAPE_PARAMS
-from features.physics import measurement_settings
+from features.physics import layout_of, measurement_settings
 from models.conformal import fit_calibrated, loo_coverage, take
 from models.evaluate import regression_metrics, smape, within_group_kendall
 from models.splits import FOLDS, SPLITS
@@ -494,6 +494,7 @@ def run_experiment(
                 .reset_index(drop=True)
                 .assign(
                     **measurement_settings(rows.iloc[test]),  # the timing harness of each row, as served inputs
+                    **layout_of(rows.iloc[test]),  # the operand layout of each GEMM row, a served input too
                     **{c: Y[test, j] for j, c in enumerate(target.columns)},
                     **{f"pred_{c}": fit.pred[:, j] for j, c in enumerate(target.columns)},
                 )

@@ -571,3 +571,77 @@ def test_a_model_saved_before_gemms_stopped_reading_bytes_over_l2_predicts_as_tr
     loaded = load_model(path)
     assert loaded.gemm_bytes_over_l2 is True and loaded.gemm_l2_masked_ is False
     np.testing.assert_allclose(loaded.predict(X), old.predict(X), rtol=1e-6)
+
+
+def test_a_gemms_operand_layout_comes_from_its_columns_its_config_or_its_op(registry):
+    """transpose_a / transpose_b: the columns where given, else a row's ``config`` (DeepBench's transposes), else
+    row-major; ``linear`` reads its weight as [n, k]; other ops 0; a bad value is one clear error naming the row."""
+    rows = pd.concat(
+        [
+            describe("matmul", "T4", m=64, n=64, k=64),
+            describe("linear", "T4", m=64, n=64, k=64),
+            describe("matmul", "T4", m=64, n=64, k=64, config='{"transpose_a": 1, "transpose_b": 0}'),
+            describe("bmm", "T4", batch=2, m=64, n=64, k=64, config='{"transpose_a": 0, "transpose_b": 1}'),
+            describe("softmax", "T4", m=64, n=64),
+        ],
+        ignore_index=True,
+    )
+    X = PhysicsFeaturizer(registry).transform(rows)
+    assert X["transpose_a"].tolist() == [0, 0, 1, 0, 0] and X["transpose_b"].tolist() == [0, 1, 0, 1, 0]
+    given = rows.assign(transpose_a=["1", None, "0", "true", "1"])  # a column wins over config; not on a softmax
+    assert PhysicsFeaturizer(registry).transform(given)["transpose_a"].tolist() == [1, 0, 0, 1, 0]
+    with pytest.raises(FeatureError, match=r"^row 1: transpose_b must be 0 or 1, got '2'$"):
+        PhysicsFeaturizer(registry).transform(rows.assign(transpose_b=[None, "2", None, None, None]))
+
+
+def test_the_efficiency_reads_the_operand_layout(registry):
+    """DeepBench times each GEMM shape in two layouts: on the TITAN Xp a 24000 x 8448 x 2816 float32 GEMM takes
+    109 ms stored row-major and 152 ms with B stored [n, k]; fitted on that GPU's GEMMs, the model tells them apart."""
+    from data.reference import load_reference
+
+    pack = load_reference()
+    rows = pack[(pack["hardware"] == "TITAN-Xp") & (pack["op"] == "matmul") & (pack["status"] == "ok")]
+    rows = rows.reset_index(drop=True)
+    X = PhysicsFeaturizer(registry).transform(rows)
+    assert set(X["transpose_b"]) == {0.0, 1.0}
+    model = PhysicsModel(**FAST).fit(X, rows["runtime_ms"].to_numpy())
+    big = rows[(rows["m"] == 24000) & (rows["n"] == 8448) & (rows["k"] == 2816)]
+    assert len(big) == 2
+    nn = big.assign(config='{"transpose_a": 0, "transpose_b": 0}').head(1)
+    nt = big.assign(config='{"transpose_a": 0, "transpose_b": 1}').head(1)
+    measured = big.set_index(X.loc[big.index, "transpose_b"])["runtime_ms"]
+    assert measured[1.0] / measured[0.0] > 1.3
+    assert model.predict(nt)[0] / model.predict(nn)[0] > 1.15
+
+
+def test_a_model_saved_before_the_operand_layout_predicts_as_trained_and_refits(tmp_path, monkeypatch):
+    """An artifact without ``inputs`` (its learner read no layout column) loads reading what it was trained on; its
+    kept rows get the layout of their op, so calibrate's refit (a model of today) still runs on them."""
+    import json
+
+    import models.physics as physics
+
+    rows, X = small_rows(), small_frame()
+    y = rows["runtime_ms"].to_numpy()
+    t4 = (rows["hardware"] == "T4").to_numpy()
+    with monkeypatch.context() as m:
+        m.setattr(physics, "FEATURES", physics.FEATURES_BEFORE_LAYOUT)  # trained as before the layout
+        old = PhysicsModel(**FAST).fit(X[~t4].reset_index(drop=True), y[~t4])
+        expected = old.predict(X)
+    assert "transpose_b" not in old.inputs_
+    path = old.save(tmp_path / "old")
+    state = json.loads((path / "physics.json").read_text())
+    del state["inputs"]
+    (path / "physics.json").write_text(json.dumps(state))
+    kept = pd.read_parquet(path / "training_rows.parquet")
+    kept.drop(columns=["transpose_a", "transpose_b"]).to_parquet(path / "training_rows.parquet")
+    loaded = load_model(path)
+    assert loaded.inputs_ == physics.FEATURES_BEFORE_LAYOUT
+    np.testing.assert_allclose(loaded.predict(X), expected, rtol=1e-6)
+    assert (loaded.rows_["X"]["transpose_b"] == loaded.rows_["X"]["op_linear"]).all()
+    new = X[t4].reset_index(drop=True).head(40)
+    calibrated = loaded.calibrate(new, y[t4][:40], hardware="T4")
+    assert (
+        calibrated.corrections_[-1]["method"] == "refit"
+        and "transpose_b" in calibrated.corrections_[-1]["model"].inputs_
+    )

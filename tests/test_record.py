@@ -166,6 +166,7 @@ def test_rows_the_physics_cannot_cost_get_one_error_line(tiny_run, tmp_path):
     for row, msg in [
         ({"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "float32", "hardware": "xcvu13p"}, "fpga"),
         ({"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "fixed", "hardware": "T4"}, "fixed"),
+        ({"op": "matmul", "m": 8, "n": 8, "k": 8, "hardware": "T4", "transpose_b": 2}, "transpose_b must be 0 or 1"),
     ]:
         src = tmp_path / "bad.csv"
         pd.DataFrame([row]).to_csv(src, index=False)
