@@ -136,12 +136,16 @@ TIMES = ("compute_ms", "memory_ms", "physics_ms")
 # per call, 7-30 us on a GPU (H200 set: GEMM ~10, conv ~25, SDPA ~30 us). ``per_call``: each call timed alone between
 # two CUDA events (NeuSight): launch latency + dispatch, 30-130 us. ``library_loop``: a C++ benchmark's host loop
 # calling the library directly (DeepBench: cuBLAS / cuDNN, no framework dispatch), 3-25 us. A frame's
-# ``harness_index`` column (index into :data:`HARNESSES`): from a ``harness`` column where given, else from
-# ``source`` (:data:`SOURCE_HARNESS`), else the default, ``back_to_back`` (what a model is asked for: a kernel in a
-# stream of framework calls).
-HARNESSES = ("back_to_back", "per_call", "library_loop")
+# ``harness_index`` column (index into :data:`HARNESSES`): from a ``harness`` column where given, else from the row's
+# ``timing_method`` (:data:`TIMING_HARNESS`), else from ``source`` (:data:`SOURCE_HARNESS`), else the default,
+# ``back_to_back`` (what a model is asked for: a kernel in a stream of framework calls). ``cuda_graph``: the kernel
+# replayed from a CUDA graph, no host dispatch between calls, so its time is the device's (the cuda backend times
+# kernels under 30 us so: data.backends.cuda), with a floor of the GPU's own launch gap (~1-6 us) where a stream of
+# framework calls pays the host's dispatch (~3-28 us).
+HARNESSES = ("back_to_back", "per_call", "library_loop", "cuda_graph")
 DEFAULT_HARNESS = "back_to_back"
 SOURCE_HARNESS = {"neusight": "per_call", "deepbench": "library_loop"}  # source name prefix -> harness
+TIMING_HARNESS = {"cuda_graph": "cuda_graph"}  # a row's timing_method (data.schema) -> harness
 # float32 convolution math of the software that measured a row. ``ieee``: the project's cuda backend (``fp32_math``)
 # and the H200 set. ``tf32``: PyTorch's defaults (``torch.backends.cudnn.allow_tf32`` is True, while
 # ``cuda.matmul.allow_tf32`` is False since 1.12), so cuDNN runs float32 convolutions on the TF32 tensor cores of a
@@ -153,15 +157,22 @@ DEFAULT_CONV_MATH = "ieee"
 SOURCE_CONV_MATH = {"neusight": "tf32"}
 
 
-def row_setting(df: pd.DataFrame, column: str, choices: tuple, by_source: dict, default: str) -> np.ndarray:
-    """Per row a setting of the software that measured it: the ``column`` where given, else from the row's ``source``
-    (name prefix -> value, ``by_source``), else ``default``; a value not in ``choices`` is a ``FeatureError`` naming
-    the row."""
+def row_setting(
+    df: pd.DataFrame, column: str, choices: tuple, by_source: dict, default: str, by_column: dict | None = None
+) -> np.ndarray:
+    """Per row a setting of the software that measured it: the ``column`` where given, else from another column of
+    the row (``by_column``: column -> {value -> setting}), else from the row's ``source`` (name prefix -> value,
+    ``by_source``), else ``default``; a value not in ``choices`` is a ``FeatureError`` naming the row."""
     out = np.full(len(df), default, dtype=object)
     if "source" in df.columns:
         source = df["source"].astype(str).to_numpy().astype(str)
         for prefix, value in by_source.items():
             out[np.char.startswith(source, prefix)] = value
+    for other, mapping in (by_column or {}).items():
+        if other in df.columns:
+            values = df[other].astype(str).to_numpy()
+            for value, setting in mapping.items():
+                out[values == value] = setting
     if column in df.columns:
         given = df[column]
         named = given.notna().to_numpy() & (given.astype(str).str.strip() != "").to_numpy()
@@ -173,9 +184,9 @@ def row_setting(df: pd.DataFrame, column: str, choices: tuple, by_source: dict, 
     return out
 
 
-# the settings of the software that measured a row: column -> (choices, by source prefix, default)
+# the settings of the software that measured a row: column -> (choices, by source prefix, default[, by column])
 MEASUREMENT_SETTINGS = {
-    "harness": (HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS),
+    "harness": (HARNESSES, SOURCE_HARNESS, DEFAULT_HARNESS, {"timing_method": TIMING_HARNESS}),
     "conv_fp32_math": (CONV_MATHS, SOURCE_CONV_MATH, DEFAULT_CONV_MATH),
 }
 

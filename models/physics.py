@@ -118,8 +118,12 @@ FLOOR_FIT_SHARE = 0.75
 # dispatch) against launch latency + event timing. Measured on the real sets (estimate_floors): DeepBench's library
 # loop against NeuSight's per-call timing on the same GPU generations, GEMM 8.6 / 31.2 us = 0.28, conv 24.5 / 70.7 =
 # 0.35; the H200 set's PyTorch stream against NeuSight, GEMM 10.2 / 33.1 us = 0.31, conv 21.2 / 120.6 = 0.18, softmax
-# 8.7 / 19.8 = 0.44.
-OVER_PER_CALL = {"back_to_back": 0.3, "per_call": 1.0, "library_loop": 0.3}
+# 8.7 / 19.8 = 0.44. A CUDA graph's replay (features.physics.HARNESSES ``cuda_graph``: no host between kernels)
+# against the PyTorch stream, measured with the cuda backend on an H200 (2 160 random kernels,
+# benchmarks/gpu_holdout.py; the 1 324 timed from a graph): GEMM 2.2 / 10.2 us = 0.22, conv 4.4 / 21.2 = 0.21, SDPA
+# 5.9 / 27.8 = 0.21, elementwise 1.2 / 4.9 = 0.24, norm 3.0 / 12.0 = 0.25, softmax 1.7 / 3.0 = 0.55; median 0.23,
+# times the stream's 0.3: 0.07.
+OVER_PER_CALL = {"back_to_back": 0.3, "per_call": 1.0, "library_loop": 0.3, "cuda_graph": 0.07}
 # the columns of one (op, dtype, shape), whatever the hardware: the grouping key of the held-out-shape folds
 SHAPE_KEY = (
     "flops",
@@ -197,11 +201,11 @@ def regime_index(X: pd.DataFrame) -> np.ndarray:
     return np.where(X["hw_is_gpu"].to_numpy(float) > 0, harness, CPU_REGIME)
 
 
-def family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str, float]:
+def family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray, fitted: list | None = None) -> dict[str, float]:
     """Launch floor (ms) per op family from ``rows``: the median over hardware of each one's intercept (where its
     fastest kernel shows a floor, :data:`FLOOR_FIT_SHARE`); a family that no hardware has 10 rows of, from the
     hardware with 3 to 9: its fastest kernel's time less its physics time, if that kernel is floor-bound (physics under
-    a tenth of its time)."""
+    a tenth of its time). ``fitted``, a list, receives the families whose floor is a fitted intercept."""
     fam, hw = families_of(X), hardware_keys(X)
     phys = X["physics_ms"].to_numpy(float)
     floors = {}
@@ -225,6 +229,8 @@ def family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray) -> dict[str,
                 intercepts.append(float(min(a, y[fastest])))
         if intercepts or few:  # the fitted intercepts where any hardware has enough rows, else the few-row ones
             floors[f] = float(np.median(intercepts or few))
+        if intercepts and fitted is not None:
+            fitted.append(f)
     return floors
 
 
@@ -235,20 +241,28 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     ``by_harness``: each GPU harness (``features.physics.HARNESSES``) from its own rows; a family one harness lacks
     comes from another harness that has it (those sharing the most families first), times the median ratio of the
     two over the families both have (a harness's floor scales alike across families), or times the ratio of their
-    priors (:data:`OVER_PER_CALL`) where they share none (a harness with no row at all); a family no row has, the
-    median of the others. A CPU's floor comes from CPU rows (else the back-to-back GPU floor). Without
-    ``by_harness`` every regime gets the floors of all rows (one floor per family, whatever measured it)."""
+    priors (:data:`OVER_PER_CALL`) where they share none; a harness with no row at all (or none that a line's
+    intercept was fitted on) takes the whole table of the first harness with rows times their priors' ratio; a
+    family no row has, the median of the others. A CPU's floor comes from CPU rows (else the back-to-back GPU
+    floor). Without ``by_harness`` every regime gets the floors of all rows (one floor per family, whatever measured
+    it)."""
     regime = regime_index(X)
     pooled = family_floors(X, y, np.ones(len(X), bool)) or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
     if not by_harness:
         return {r: {f: float(pooled.get(f, np.median(list(pooled.values())))) for f in FAMILIES} for r in FLOOR_REGIMES}
-    own = [family_floors(X, y, regime == i) for i in range(len(FLOOR_REGIMES))]
+    own = []
+    for i in range(len(FLOOR_REGIMES)):
+        fitted: list = []
+        floors = family_floors(X, y, regime == i, fitted)
+        # a harness no family's intercept was fitted for (a few rows of a new GPU: its fastest small GEMM is slow,
+        # not floor-bound) says too little: it takes another's table by the priors, as a harness with no row
+        own.append(floors if fitted else {})
     gpu = range(CPU_REGIME)
     if not any(own[i] for i in gpu):  # no GPU row: every GPU harness from all rows
         for i in gpu:
             own[i] = dict(pooled)
     out = {}
-    for i in gpu:
+    for i in (i for i in gpu if own[i]):
         mine = dict(own[i])
         others = sorted((j for j in gpu if j != i and own[j]), key=lambda j: (-len(own[i].keys() & own[j].keys()), j))
         for j in others:
@@ -260,6 +274,11 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
             for f, v in own[j].items():
                 mine.setdefault(f, v * ratio)
         out[HARNESSES[i]] = mine
+    source = next(HARNESSES[j] for j in gpu if own[j])  # a harness with no row: the first one with rows, by priors
+    for i in (i for i in gpu if not own[i]):
+        ratio = OVER_PER_CALL[HARNESSES[i]] / OVER_PER_CALL[source]
+        out[HARNESSES[i]] = {f: v * ratio for f, v in out[source].items()}
+    out = {h: out[h] for h in HARNESSES}
     out["cpu"] = {**out[HARNESSES[0]], **own[CPU_REGIME]}
     for r, floors in out.items():
         default = float(np.median(list(floors.values())))
@@ -381,7 +400,10 @@ class PhysicsModel(CostModel):
         # (convolutions), which read the ratio
         self.gemm_l2_masked_ = not self.gemm_bytes_over_l2 and bool((X["family_gemm"].to_numpy(float) > 0).any())
         self.inputs_ = FEATURES
-        self.floors_ = estimate_floors(X, y, self.harness_floors)
+        # a repeated row (calibrate's refit weights a new GPU's rows so) is one kernel to the floors, not several
+        once = ~pd.Series(pd.util.hash_pandas_object(X, index=False).to_numpy() ^ pd.util.hash_array(y)).duplicated()
+        once = once.to_numpy()
+        self.floors_ = estimate_floors(X[once].reset_index(drop=True), y[once], self.harness_floors)
         floor = self._floor(X)
         phys = X["physics_ms"].to_numpy(float)
         e_max = self._e_max(X)
@@ -797,8 +819,17 @@ class PhysicsModel(CostModel):
         floors = state["floors"]
         if not all(isinstance(v, dict) for v in floors.values()):  # saved before floors were per regime
             floors = {r: dict(floors) for r in FLOOR_REGIMES}
-        # saved before the library loop was a harness of its own: it had the back-to-back floor
-        self.floors_ = {r: dict(floors.get(r, floors["back_to_back"])) for r in FLOOR_REGIMES}
+        # saved before the library loop was a harness of its own: it had the back-to-back floor; before the CUDA graph
+        # was one: the back-to-back floor times their priors' ratio, as a model fitted without graph rows has it
+        graph = OVER_PER_CALL["cuda_graph"] / OVER_PER_CALL["back_to_back"]
+        self.floors_ = {
+            r: dict(
+                floors[r]
+                if r in floors
+                else {f: v * (graph if r == "cuda_graph" else 1.0) for f, v in floors["back_to_back"].items()}
+            )
+            for r in FLOOR_REGIMES
+        }
         self.base_margin_ = state["base_margin"]
         self.margin_shift_ = state.get("margin_shift", False)  # saved before the offset: margins without it
         # saved before GEMM rows stopped reading bytes over L2: they read it, as the model was trained

@@ -30,7 +30,8 @@ Output: per column the point prediction and its interval ``<column>_lo`` / ``<co
 like the point: summed ends are conservative, they assume the kernels' errors move together). A model with a domain
 of validity (``predict_domain``, e.g. ``models.physics``; meta ``domain``) serves its own interval, widened with the
 distance outside its training data, takes an optional ``harness`` column (the timing harness a runtime is asked
-for: ``back_to_back``, the default, ``per_call`` or ``library_loop``; ``features.physics.HARNESSES``) and an optional
+for: ``back_to_back``, the default, ``per_call``, ``library_loop`` or ``cuda_graph``; ``features.physics.HARNESSES``)
+and an optional
 ``conv_fp32_math`` column (``ieee``, the default, or ``tf32``: float32 convs under PyTorch's default cuDNN math;
 ``features.physics.CONV_MATHS``), optional ``transpose_a`` / ``transpose_b`` columns (0 or 1: a GEMM's operand
 layout, ``features.physics.layout_of``) and adds ``in_domain``

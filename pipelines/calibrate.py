@@ -340,11 +340,15 @@ def measure_sweep(
 ) -> pd.DataFrame:
     """Measure ``workloads`` on this machine's GPU with the cuda backend (``conf/collect/backend/cuda.yaml`` +
     ``backend_options``); the GPU found must be ``hardware``. Returns the ok rows as measurements (predict's columns
-    + ``runtime_ms``); error rows (e.g. out of memory) are dropped with a count."""
+    with ``harness``, + ``runtime_ms``); error rows (e.g. out of memory) are dropped with a count. ``harness`` is
+    how each row was timed (``features.physics.HARNESSES``): the backend replays a kernel under 30 us from a CUDA
+    graph (``cuda_graph``: device time, no host dispatch) and times longer ones back to back, so the model learns
+    each row with the launch floor it was measured with."""
     from omegaconf import OmegaConf
 
     from data.collect import backend_config, collect, make_backends
     from data.workloads import OPS
+    from features.physics import measurement_settings
 
     backend = make_backends("cuda", backend_config("cuda"), OmegaConf.create(backend_options or {}), registry)[0]
     try:
@@ -358,6 +362,7 @@ def measure_sweep(
         for r in workloads.to_dict("records")
     ]
     rows = collect(backend, work, desc=f"calibrate {found}", progress=progress)
-    ok = rows[rows["status"] == "ok"]
-    cols = ["op", "hardware", "dtype", *[p for p in SHAPE_PARAMS if ok[p].notna().any()], "runtime_ms"]
-    return ok[cols].reset_index(drop=True)
+    ok = rows[rows["status"] == "ok"].reset_index(drop=True)
+    ok["harness"] = measurement_settings(ok)["harness"]
+    cols = ["op", "hardware", "dtype", *[p for p in SHAPE_PARAMS if ok[p].notna().any()], "harness", "runtime_ms"]
+    return ok[cols]

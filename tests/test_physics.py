@@ -279,6 +279,25 @@ def test_an_artifact_saved_before_the_library_loop_harness_loads_with_its_floor(
     assert loaded.floors_["library_loop"] == loaded.floors_["back_to_back"]
 
 
+def test_an_artifact_saved_before_the_cuda_graph_harness_loads_with_the_priors_floor(tmp_path):
+    """Before a CUDA graph's replay was a harness of its own an artifact has no floor for it: it gets the stream's
+    floor times the priors' ratio, as a model fitted today without graph-timed rows does."""
+    import json
+
+    from models.physics import OVER_PER_CALL
+
+    model = fitted()
+    path = model.save(tmp_path / "old")
+    state = json.loads((path / "physics.json").read_text())
+    del state["floors"]["cuda_graph"]
+    (path / "physics.json").write_text(json.dumps(state))
+    loaded = load_model(path)
+    ratio = OVER_PER_CALL["cuda_graph"] / OVER_PER_CALL["back_to_back"]
+    for family, floor in loaded.floors_["back_to_back"].items():
+        assert loaded.floors_["cuda_graph"][family] == pytest.approx(ratio * floor)
+        assert loaded.floors_["cuda_graph"][family] == pytest.approx(model.floors_["cuda_graph"][family])
+
+
 def test_fit_on_descriptions_equals_fit_on_frame():
     rows = small_rows().head(300)
     y = rows["runtime_ms"].to_numpy()
@@ -645,3 +664,21 @@ def test_a_model_saved_before_the_operand_layout_predicts_as_trained_and_refits(
         calibrated.corrections_[-1]["method"] == "refit"
         and "transpose_b" in calibrated.corrections_[-1]["model"].inputs_
     )
+
+
+def test_a_few_rows_of_a_harness_and_their_repeats_do_not_set_its_floors(registry):
+    """A harness that no line's intercept was fitted for (four GEMMs of a new GPU, the fastest slow rather than
+    floor-bound) keeps the floors its prior gives; calibrate's refit repeats a new GPU's rows, and a repeated row is
+    one kernel to the floors (three times four rows would fit a line)."""
+    from models.physics import OVER_PER_CALL
+
+    rows, X = small_rows(), small_frame()
+    ns, y = neusight_mask(), rows["runtime_ms"].to_numpy()
+    few = rows[~ns & (rows["op"] == "matmul").to_numpy()].head(4).assign(harness="cuda_graph")
+    Xf, yf = PhysicsFeaturizer(registry).transform(few), few["runtime_ms"].to_numpy()
+    Xn = X[ns].reset_index(drop=True)
+    repeated = PhysicsModel(**FAST).fit(pd.concat([Xn, Xf, Xf, Xf], ignore_index=True), np.r_[y[ns], yf, yf, yf])
+    for family, floor in repeated.floors_["per_call"].items():
+        assert repeated.floors_["cuda_graph"][family] == pytest.approx(OVER_PER_CALL["cuda_graph"] * floor)
+    once = PhysicsModel(**FAST).fit(pd.concat([Xn, Xf], ignore_index=True), np.r_[y[ns], yf])
+    assert once.floors_ == repeated.floors_

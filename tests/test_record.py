@@ -326,6 +326,8 @@ def test_calibrate_measures_the_sweep_the_model_chooses_on_a_fake_gpu(held_out_s
             progress=False,
         )
     assert len(rows) >= 5 and set(rows["hardware"]) == {"H100-SXM"} and (rows["runtime_ms"] > 0).all()
+    # each row says how it was timed: the short kernels from a CUDA graph (threshold 2 ms here), the others in a stream
+    assert set(rows["harness"]) <= {"cuda_graph", "back_to_back"} and "cuda_graph" in set(rows["harness"])
     result = calibrate_registered(MODEL, rows, source="measure", served=served, note=lambda _: None)
     assert result.hardware == "H100-SXM" and result.rows == len(rows) and not result.promoted
     tags = MlflowClient().get_model_version("costmodel-runtime", result.version).tags
@@ -373,12 +375,21 @@ def test_the_launch_floor_follows_the_timing_harness(pack, registry):
     assert slow > fast + 0.005  # a tiny GEMM is floor-dominated: the per-call floor shows
     with pytest.raises(Exception, match="harness must be one of"):
         harness_of(small.assign(harness=["", "sometimes", ""]))
+    # a row the cuda backend timed from a CUDA graph (its timing_method) was timed without the host's dispatch; a
+    # harness column still wins; no training row was so timed, so its floor is the stream's times the priors' ratio
+    timed = small.assign(harness=["", "", "per_call"], timing_method=["cuda_graph", "cuda_events", "cuda_graph"])
+    assert list(harness_of(timed)) == [HARNESSES.index("cuda_graph"), 0.0, 1.0]
+    graph = PhysicsFeaturizer(registry).transform(timed)
+    assert model.predict(graph)[0] < fast - 0.004  # a 64^3 GEMM replayed from a graph: the GPU's ~2 us, not ~10
+    ratio = OVER_PER_CALL["cuda_graph"] / OVER_PER_CALL["back_to_back"]
+    for family in ("gemm", "conv", "softmax"):
+        assert model.floors_["cuda_graph"][family] == pytest.approx(ratio * model.floors_["back_to_back"][family])
 
     # trained on one harness only (NeuSight, per call), the others get the measured prior ratios
     ns = rows["source"].str.startswith("neusight").to_numpy()
     only = PhysicsModel(n_estimators=30, interval_folds=False).fit(X[ns].reset_index(drop=True), y[ns])
     for family in ("gemm", "conv", "norm"):
-        for harness in ("back_to_back", "library_loop"):
+        for harness in ("back_to_back", "library_loop", "cuda_graph"):
             assert only.floors_[harness][family] == pytest.approx(
                 OVER_PER_CALL[harness] * only.floors_["per_call"][family]
             )
