@@ -1,0 +1,176 @@
+"""Judge a runtime model on a GPU it never saw: measure a held-out sweep there, then score the model and calibrate.
+
+    python benchmarks/gpu_holdout.py pool --out pool.csv [--seed 0]                       # here: the workloads
+    python benchmarks/gpu_holdout.py measure pool.csv --out rows.jsonl [--seconds 300]    # on the GPU
+    python benchmarks/gpu_holdout.py judge rows.jsonl [--model models:/costmodel-runtime@champion] [--repeats 3]
+
+``pool``: the candidate pool of ``costmodel calibrate --measure`` (``pipelines.calibrate.candidates``: matmul, bmm,
+linear, conv2d, sdpa, layernorm, softmax, add, gelu at GPU sizes, seeded) in float32, tf32, float16 and bfloat16,
+shuffled, as a CSV. ``measure`` (a machine with an NVIDIA GPU; needs only torch, numpy, pandas, pyyaml and
+nvidia-ml-py, not the rest of the project's dependencies): the pool's workloads in order, measured one by one with
+the cuda backend
+(``data.backends.cuda``: CUDA events, CUDA graphs for kernels under 30 us, timing only) until ``--seconds`` have
+passed. Each row (the row schema's columns) is appended to ``--out`` as one JSON line as soon as it is measured,
+so a run cut off keeps what it measured, and a rerun skips the workloads already in the file.
+
+``judge`` (here): the model's prediction for every ok row, asked for with the harness it was timed with (a CUDA
+graph's replay or a stream of calls: ``features.physics.HARNESSES``), from the spec sheet alone (the rows' GPU must
+be in ``conf/hardware``), then ``calibrate`` on k = 10, 30, 100 random rows of it (``--repeats`` draws), scored on the
+rest. Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DTYPES = ("float32", "tf32", "float16", "bfloat16")
+KS = (10, 30, 100)
+
+
+def measure(args) -> int:
+    import pandas as pd
+    import torch
+
+    from data.backends.cuda import CudaBackend, NoCudaDevice
+    from data.workloads import OPS, shape_id
+
+    backend = CudaBackend(windows=5, min_window_ms=10.0, warmup=2, power=False, source="cuda-sweep")
+    try:
+        hw = backend.hardware
+    except NoCudaDevice as exc:
+        print(f"gpu_holdout: error: {exc}", file=sys.stderr)
+        return 2
+    pool = pd.read_csv(args.pool)
+    done: set[tuple] = set()
+    if args.out.exists():
+        for line in args.out.read_text().splitlines():
+            r = json.loads(line)
+            done.add((r["shape_id"], r["dtype"]))
+    print(
+        f"device: {torch.cuda.get_device_name(0)} -> {hw.id}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
+        f"{len(pool)} candidates, {len(done)} already measured",
+        flush=True,
+    )
+    start, n_ok, n_err = time.monotonic(), 0, 0
+    with args.out.open("a") as fh:
+        for r in pool.to_dict("records"):
+            if time.monotonic() - start > args.seconds:
+                break
+            params = {p: int(r[p]) for p in OPS[r["op"]].params}
+            if (shape_id(r["op"], params), r["dtype"]) in done:
+                continue
+            row = backend.measure({"op": r["op"], "params": params, "dtype": r["dtype"]})
+            row["timestamp"] = str(row["timestamp"])
+            fh.write(json.dumps(row, default=str) + "\n")
+            fh.flush()
+            n_ok += row["status"] == "ok"
+            n_err += row["status"] != "ok"
+    print(f"measured {n_ok} ok, {n_err} error rows in {time.monotonic() - start:.0f} s -> {args.out}", flush=True)
+    return 0
+
+
+def pool(args) -> int:
+    import numpy as np
+
+    from pipelines.calibrate import candidates
+
+    frame = candidates(args.hardware, DTYPES, args.seed)
+    frame = frame.iloc[np.random.default_rng(args.seed).permutation(len(frame))].drop(columns=["hardware"])
+    frame.to_csv(args.out, index=False)
+    print(f"{len(frame)} workloads -> {args.out}")
+    return 0
+
+
+def _scores(frame, y, pred) -> dict:
+    import numpy as np
+
+    ape = np.abs(pred - y) / y * 100
+    out = {"all": (len(y), ape.mean(), np.median(ape))}
+    for col in ("family", "dtype"):
+        for key, idx in frame.groupby(col).indices.items():
+            out[f"{col}:{key}"] = (len(idx), ape[idx].mean(), np.median(ape[idx]))
+    return out
+
+
+def judge(args) -> int:
+    import numpy as np
+    import pandas as pd
+
+    from data.workloads import SHAPE_PARAMS
+    from features.physics import measurement_settings
+    from models.api import load_cost_model
+    from models.pyfunc import to_workloads
+    from pipelines.calibrate import ensure_hardware
+
+    rows = pd.read_json(args.rows, lines=True)
+    rows = rows[rows["status"] == "ok"].reset_index(drop=True)
+    if rows["hardware"].nunique() != 1:
+        print("gpu_holdout: error: the rows must be of one GPU", file=sys.stderr)
+        return 2
+    cols = ["op", "hardware", "dtype", *[p for p in SHAPE_PARAMS if p in rows and rows[p].notna().any()]]
+    # each row asked for as it was timed: from a CUDA graph (kernels under 30 us) or in a stream of calls
+    inputs = rows[cols].assign(harness=measurement_settings(rows)["harness"])
+    y = rows["runtime_ms"].to_numpy(float)
+    cm = load_cost_model(args.model, tracking_uri=args.tracking_uri)
+    inner = cm.pyfunc.unwrap_python_model()
+    ensure_hardware(inner, rows["hardware"].iloc[0])
+    served = cm.predict(inputs)
+    pred = served["runtime_ms"].to_numpy(float)
+    results = {"spec only": _scores(rows, y, pred)}
+    inside = served["in_domain"].astype(bool).to_numpy() if "in_domain" in served else None
+    hw = rows["hardware"].iloc[0]
+    X = inner.encoder.transform(to_workloads(inputs)[0])
+    model = inner.model
+    for k in KS if hasattr(model, "calibrate") else ():
+        if k >= len(rows):
+            continue
+        preds, tests = [], []
+        for rep in range(args.repeats):
+            rng = np.random.default_rng(rep)
+            cal = rng.choice(len(rows), k, replace=False)
+            test = np.setdiff1d(np.arange(len(rows)), cal)
+            fitted = model.calibrate(X.iloc[cal].reset_index(drop=True), y[cal], hardware=hw)
+            preds.append(fitted.predict(X.iloc[test].reset_index(drop=True)))
+            tests.append(test)
+        test = np.concatenate(tests)
+        results[f"k={k}"] = _scores(rows.iloc[test].reset_index(drop=True), y[test], np.concatenate(preds))
+    keys = list(results["spec only"])
+    where = f", {inside.mean():.2f} in domain" if inside is not None else ""
+    print(f"{args.model} on {len(rows)} measured rows of {hw}{where}")
+    print("| scope | n | " + " | ".join(f"{name} MAPE / MedAPE" for name in results) + " |")
+    print("|---|---|" + "---|" * len(results))
+    for key in keys:
+        cells = [f"{r[key][1]:.1f} / {r[key][2]:.1f}" if key in r else "" for r in results.values()]
+        print(f"| {key} | {results['spec only'][key][0]} | " + " | ".join(cells) + " |")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pool", help="write the shuffled candidate workloads (a CSV)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--hardware", default="H100-SXM", help="a conf/hardware id (sizes do not depend on it)")
+    p.add_argument("--seed", type=int, default=0)
+    m = sub.add_parser("measure", help="measure the pool on this machine's GPU")
+    m.add_argument("pool", type=Path, help="workloads (op, dtype, shape columns), measured in file order")
+    m.add_argument("--out", type=Path, required=True, help="rows, one JSON line each (appended; a rerun resumes)")
+    m.add_argument("--seconds", type=float, default=300.0, help="stop starting new workloads after this long")
+    j = sub.add_parser("judge", help="score a registered model on the measured rows and calibrate it")
+    j.add_argument("rows", type=Path)
+    j.add_argument("--model", default="models:/costmodel-runtime@champion")
+    j.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'outputs' / 'mlflow.db'}")
+    j.add_argument("--repeats", type=int, default=3, help="random draws of the k calibration rows")
+    args = ap.parse_args(argv)
+    return {"pool": pool, "measure": measure, "judge": judge}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

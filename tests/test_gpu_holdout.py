@@ -1,0 +1,62 @@
+"""benchmarks/gpu_holdout.py: the held-out sweep a GPU is judged on (pool here, measure there), on a fake H100."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+from tests.fake_nvml import FakeGpu
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_holdout  # noqa: E402
+
+
+def test_the_pool_is_the_calibrate_candidates_in_four_dtypes_shuffled(tmp_path):
+    out = tmp_path / "pool.csv"
+    assert gpu_holdout.main(["pool", "--out", str(out), "--seed", "3"]) == 0
+    pool = pd.read_csv(out)
+    assert set(pool["dtype"]) == {"float32", "tf32", "float16", "bfloat16"}
+    assert {"matmul", "conv2d", "sdpa", "layernorm"} <= set(pool["op"]) and "hardware" not in pool
+    assert pool["op"].head(40).nunique() > 3  # shuffled: the file order is not op by op
+    again = tmp_path / "again.csv"
+    gpu_holdout.main(["pool", "--out", str(again), "--seed", "3"])
+    pd.testing.assert_frame_equal(pool, pd.read_csv(again))  # seeded
+
+
+def test_measure_appends_rows_as_measured_and_a_rerun_resumes(tmp_path, monkeypatch, registry, capsys):
+    from tests import fake_cuda
+
+    pool = pd.DataFrame(
+        [
+            {"op": "matmul", "dtype": "float16", "m": 256, "n": 256, "k": 256},
+            {"op": "add", "dtype": "float32", "m": 64, "n": 1000},
+            {"op": "layernorm", "dtype": "bfloat16", "m": 128, "n": 341},
+        ]
+    )
+    pool.to_csv(tmp_path / "pool.csv", index=False)
+    out = tmp_path / "rows.jsonl"
+    gpu = FakeGpu(busy_power_w=500.0, idle_power_w=70.0, name="NVIDIA H100 80GB HBM3", power_limit_w=700.0)
+    with fake_cuda.installed(monkeypatch, fake_cuda.FakeCudaDevice.from_spec(registry.get("H100-SXM"), gpu)):
+        pd.DataFrame([pool.iloc[0]]).to_csv(tmp_path / "first.csv", index=False)
+        assert gpu_holdout.main(["measure", str(tmp_path / "first.csv"), "--out", str(out)]) == 0
+        assert gpu_holdout.main(["measure", str(tmp_path / "pool.csv"), "--out", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["op"] for r in lines] == ["matmul", "add", "layernorm"]  # the first was not measured twice
+    assert all(r["status"] == "ok" and r["runtime_ms"] > 0 and r["hardware"] == "H100-SXM" for r in lines)
+    assert {r["timing_method"] for r in lines} <= {"cuda_graph", "cuda_events"}
+    assert "1 already measured" in capsys.readouterr().out
+
+
+def test_measure_without_a_gpu_is_one_error_line(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    pd.DataFrame([{"op": "add", "dtype": "float32", "m": 8, "n": 8}]).to_csv(tmp_path / "p.csv", index=False)
+    assert gpu_holdout.main(["measure", str(tmp_path / "p.csv"), "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert capsys.readouterr().err.strip().startswith("gpu_holdout: error: no CUDA device")
+    assert not (tmp_path / "r.jsonl").exists()
