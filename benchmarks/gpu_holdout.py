@@ -8,10 +8,9 @@
 linear, conv2d, sdpa, layernorm, softmax, add, gelu at GPU sizes, seeded) in float32, tf32, float16 and bfloat16,
 shuffled, as a CSV. ``measure`` (a machine with an NVIDIA GPU; needs only torch, numpy, pandas, pyyaml and
 nvidia-ml-py, not the rest of the project's dependencies): the pool's workloads in order, measured one by one with
-the cuda backend
-(``data.backends.cuda``: CUDA events, CUDA graphs for kernels under 30 us, timing only) until ``--seconds`` have
-passed. Each row (the row schema's columns) is appended to ``--out`` as one JSON line as soon as it is measured,
-so a run cut off keeps what it measured, and a rerun skips the workloads already in the file.
+the cuda backend (``data.backends.cuda``: CUDA events, CUDA graphs for kernels under 30 us, timing only) until
+``--seconds`` have passed. Each row (the row schema's columns) is appended to ``--out`` as one JSON line as soon as
+it is measured, so a run cut off keeps what it measured, and a rerun skips the workloads already in the file.
 
 ``judge`` (here): the model's prediction for every ok row, asked for with the harness it was timed with (a CUDA
 graph's replay or a stream of calls: ``features.physics.HARNESSES``), from the spec sheet alone (the rows' GPU must
@@ -120,12 +119,11 @@ def judge(args) -> int:
     y = rows["runtime_ms"].to_numpy(float)
     cm = load_cost_model(args.model, tracking_uri=args.tracking_uri)
     inner = cm.pyfunc.unwrap_python_model()
-    ensure_hardware(inner, rows["hardware"].iloc[0])
+    hw = ensure_hardware(inner, rows["hardware"].iloc[0])  # a spec-only GPU joins the served registry
     served = cm.predict(inputs)
     pred = served["runtime_ms"].to_numpy(float)
     results = {"spec only": _scores(rows, y, pred)}
     inside = served["in_domain"].astype(bool).to_numpy() if "in_domain" in served else None
-    hw = rows["hardware"].iloc[0]
     X = inner.encoder.transform(to_workloads(inputs)[0])
     model = inner.model
     for k in KS if hasattr(model, "calibrate") else ():
