@@ -401,8 +401,8 @@ class PhysicsModel(CostModel):
         self.gemm_l2_masked_ = not self.gemm_bytes_over_l2 and bool((X["family_gemm"].to_numpy(float) > 0).any())
         self.inputs_ = FEATURES
         # a repeated row (calibrate's refit weights a new GPU's rows so) is one kernel to the floors, not several
-        once = ~pd.Series(pd.util.hash_pandas_object(X, index=False).to_numpy() ^ pd.util.hash_array(y)).duplicated()
-        once = once.to_numpy()
+        row_keys = pd.util.hash_pandas_object(X, index=False).to_numpy() ^ pd.util.hash_array(y)
+        once = ~pd.Series(row_keys).duplicated().to_numpy()
         self.floors_ = estimate_floors(X[once].reset_index(drop=True), y[once], self.harness_floors)
         floor = self._floor(X)
         phys = X["physics_ms"].to_numpy(float)
@@ -421,7 +421,7 @@ class PhysicsModel(CostModel):
         """The learners' input matrix (the columns ``inputs_``: :data:`FEATURES` since the operand layout is one):
         bytes over L2 zeroed on GEMM rows where the model masks it (:data:`L2_INPUT`: ``gemm_bytes_over_l2`` false
         and GEMM rows in training)."""
-        names = list(getattr(self, "inputs_", FEATURES))
+        names = list(getattr(self, "inputs_", FEATURES))  # an unfitted model: today's inputs
         F = np.array(X[names], dtype=np.float32)  # a copy: the frame's own values stay as they are
         if getattr(self, "gemm_l2_masked_", not self.gemm_bytes_over_l2):
             F[X["family_gemm"].to_numpy(float) > 0, names.index(L2_INPUT)] = 0.0
