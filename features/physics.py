@@ -129,7 +129,20 @@ HARDWARE = ("hw_log2_peak_flops", *HARDWARE_IDENTITY, "hw_log2_ridge_fp32")
 # training borrows the per-GPU correction of its nearest measured sibling of the same architecture (models.physics).
 ARCHITECTURE = "hw_architecture"
 SIZE = ("log2_flops", "log2_bytes")  # the workload's size (for the domain: a bigger shape than any trained on)
-TIMES = ("compute_ms", "memory_ms", "physics_ms")
+TIMES = ("compute_ms", "memory_ms", "physics_ms", "latency_ms")
+# A row-wise kernel's latency bound on a GPU (``latency_ms``, :func:`row_latency_s`): PyTorch's layernorm, rmsnorm
+# and softmax kernels give each row to one CTA (softmax: a warp for rows up to 1024), which walks it serially, so few
+# rows leave most SMs idle and the time is one row's walk, not the bytes over the bandwidth. Per op: cycles per row =
+# a + b n (n = row length, elements: a 16-bit row takes as long as a 32-bit one), at the spec's boost clock, in waves of
+# SMs x ROWS_PER_SM rows. Fitted on 92 layernorm and 88 softmax kernels of fewer rows than SMs measured on an H200
+# with the cuda backend (benchmarks/gpu_holdout.py, graph-timed, the floor taken off): layernorm 1378 + 2.24 n, softmax
+# 1348 + 0.53 n cycles. On an H100, which none of it came from, those rows' MAPE under floor + max(bytes / (0.6
+# bandwidth), latency) went 39.6 -> 27.3% (layernorm 49.5 -> 28.8, softmax 29.7 -> 25.7). Rows per SM: 64 (a warp a
+# row, 2048 threads an SM); 4 fits the H200's few-row layernorms a little better (25.3% on the H100) but bounds the
+# H200 set's row-rich ones at 1.5x their measured time. With 64, no public row (NeuSight, the H200 set) is bound by
+# it. models.physics applies it as a lower bound of the kernel time, after the learned efficiency.
+ROW_LATENCY = {"layernorm": (1378.0, 2.24), "rmsnorm": (1378.0, 2.24), "softmax": (1348.0, 0.53)}
+ROWS_PER_SM = 64
 # The timing harness a runtime was measured with: a property of the harness and the software stack, not of the GPU,
 # that decides the launch floor under a short kernel. ``back_to_back``: windows of back-to-back calls through a
 # framework (PyTorch eager: the cuda backend, the H200 set; the CPU backend's blocked_autorange): the host's dispatch
@@ -357,7 +370,7 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
     # a float32 conv measured with cuDNN's TF32 default runs in the tf32 math mode (:data:`CONV_MATHS`)
     dtype = np.where((family == "conv") & (dtype == "float32") & conv_tf32_of(df), "tf32", dtype)
     pairs = pd.DataFrame({"h": df["hardware"].to_numpy(), "d": dtype})
-    out = {k: np.zeros(len(df)) for k in ("peak", "fp32", "bw", "sms", "l2", "gpu")}
+    out = {k: np.zeros(len(df)) for k in ("peak", "fp32", "bw", "sms", "l2", "gpu", "clock")}
     out["mode"] = np.empty(len(df), dtype=object)
     out["arch"] = np.full(len(df), "", dtype=object)
     for (h, d), idx in pairs.groupby(["h", "d"], sort=False).indices.items():
@@ -372,7 +385,19 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
         out["bw"][idx], out["sms"][idx] = spec.bandwidth_bytes_s, float(spec.sm_count)
         out["l2"][idx] = max(float(spec.l2_cache_mb), 0.25) * 2**20
         out["gpu"][idx] = float(spec.kind == "gpu")
+        out["clock"][idx] = float(spec.boost_clock_mhz) * 1e6
         out["arch"][idx] = f"{spec.vendor}:{spec.architecture}".lower() if spec.architecture else ""
+    return out
+
+
+def row_latency_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray, clock_hz: np.ndarray) -> np.ndarray:
+    """Per row the latency bound (s) of a row-wise kernel on a GPU (:data:`ROW_LATENCY`; 0 for other ops)."""
+    out = np.zeros(len(ops))
+    for op, (a, b) in ROW_LATENCY.items():
+        i = ops == op
+        if i.any():
+            waves = np.ceil(np.maximum(m[i], 1) / (sms[i] * ROWS_PER_SM))
+            out[i] = waves * (a + b * n[i]) / clock_hz[i]
     return out
 
 
@@ -436,6 +461,13 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["flops"], X["bytes"] = flops, nbytes
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
+    rowwise = np.isin(ops, tuple(ROW_LATENCY)) & (hw["gpu"] > 0) & (hw["clock"] > 0)
+    X["latency_ms"] = np.where(
+        rowwise,
+        row_latency_s(ops, df["m"].to_numpy(float), df["n"].to_numpy(float), hw["sms"], np.maximum(hw["clock"], 1.0))
+        * 1e3,
+        0.0,
+    )
     X["harness_index"] = harness_of(df)
     return pd.DataFrame(X)
 

@@ -23,6 +23,15 @@ the row's ``harness`` or ``source``; a prediction's default is back to back) or 
 ``harness_floors=False`` pools them (one floor per family, what the first version did). It is re-scaled by
 :meth:`PhysicsModel.calibrate`.
 
+One efficiency learner per device class (``device_learners``): where the training rows hold CPUs and GPUs, the
+CPU rows get a learner of their own, so the GPU learner never sees them (floors and per-hardware corrections stay
+joint: they are per regime and per hardware already). A CPU and a GPU run no kernel alike (a CPU's gelu is bound by
+its transcendental math at 0.1-0.3 of its bandwidth, a GPU's by DRAM or L2), and no dimensionless input tells them
+apart: with the main job's CPU rows in one learner, the float32 gelu of an H100 (never trained on) came out 2-10x
+slow; a CPU flag among the inputs still leaked (trees split on it late). Measured on 2 160 H100 kernels
+(benchmarks/gpu_holdout.py, the main job's training rows): MAPE 43.8% joint, 37.6 with the flag, 34.1 split
+(elementwise 87 / 47 / 27%).
+
 Learners (``learner``), both fitted on the loss that matters, (log runtime - log y)^2, through the floor:
 
 * ``xgb``: XGBoost with a custom objective on the margin f (gradient through the sigmoid and the floor) and
@@ -124,6 +133,17 @@ FLOOR_FIT_SHARE = 0.75
 # 5.9 / 27.8 = 0.21, elementwise 1.2 / 4.9 = 0.24, norm 3.0 / 12.0 = 0.25, softmax 1.7 / 3.0 = 0.55; median 0.23,
 # times the stream's 0.3: 0.07.
 OVER_PER_CALL = {"back_to_back": 0.3, "per_call": 1.0, "library_loop": 0.3, "cuda_graph": 0.07}
+# ... per family where one differs: a softmax's graph floor is 0.55 of its stream floor, not 0.23 (the stream's 3.0 us
+# softmax floor, the H200 set's, is the lowest of its families; a graph replay still pays the GPU's ~1.7 us launch gap
+# and run: 1.7-2.0 us on the H200 and on the H100, which no prior came from, against 0.7 by the median ratio)
+OVER_PER_CALL_FAMILY = {"cuda_graph": {"softmax": 0.55 * OVER_PER_CALL["back_to_back"]}}
+
+
+def floor_prior(harness: str, family: str) -> float:
+    """The prior floor of a harness over the per-call floor, for one op family (:data:`OVER_PER_CALL`)."""
+    return OVER_PER_CALL_FAMILY.get(harness, {}).get(family, OVER_PER_CALL[harness])
+
+
 # the columns of one (op, dtype, shape), whatever the hardware: the grouping key of the held-out-shape folds
 SHAPE_KEY = (
     "flops",
@@ -267,22 +287,19 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
         others = sorted((j for j in gpu if j != i and own[j]), key=lambda j: (-len(own[i].keys() & own[j].keys()), j))
         for j in others:
             shared = [f for f in own[i] if f in own[j]]
-            if shared:
-                ratio = float(np.median([own[i][f] / own[j][f] for f in shared]))
-            else:
-                ratio = OVER_PER_CALL[HARNESSES[i]] / OVER_PER_CALL[HARNESSES[j]]
+            ratio = float(np.median([own[i][f] / own[j][f] for f in shared])) if shared else None
             for f, v in own[j].items():
-                mine.setdefault(f, v * ratio)
+                mine.setdefault(f, v * (ratio or floor_prior(HARNESSES[i], f) / floor_prior(HARNESSES[j], f)))
         out[HARNESSES[i]] = mine
+    for h, floors in out.items():  # a family no row of the harness has: the median of its others
+        default = float(np.median(list(floors.values())))
+        out[h] = {f: float(floors.get(f, default)) for f in FAMILIES}
     source = next(HARNESSES[j] for j in gpu if own[j])  # a harness with no row: the first one with rows, by priors
     for i in (i for i in gpu if not own[i]):
-        ratio = OVER_PER_CALL[HARNESSES[i]] / OVER_PER_CALL[source]
-        out[HARNESSES[i]] = {f: v * ratio for f, v in out[source].items()}
+        h = HARNESSES[i]
+        out[h] = {f: v * floor_prior(h, f) / floor_prior(source, f) for f, v in out[source].items()}
     out = {h: out[h] for h in HARNESSES}
-    out["cpu"] = {**out[HARNESSES[0]], **own[CPU_REGIME]}
-    for r, floors in out.items():
-        default = float(np.median(list(floors.values())))
-        out[r] = {f: float(floors.get(f, default)) for f in FAMILIES}
+    out["cpu"] = {f: float(own[CPU_REGIME].get(f, out[HARNESSES[0]][f])) for f in FAMILIES}
     return out
 
 
@@ -337,6 +354,7 @@ class PhysicsModel(CostModel):
         interval_max_rows: int = 40000,
         interval_hardware_folds: int = 8,
         harness_floors: bool = True,
+        device_learners: bool = True,
         hardware_corrections: bool = True,
         borrow_corrections: bool = True,
         keep_rows: int = 50000,
@@ -363,6 +381,7 @@ class PhysicsModel(CostModel):
         self.interval_max_rows = interval_max_rows
         self.interval_hardware_folds = interval_hardware_folds
         self.harness_floors = harness_floors
+        self.device_learners = device_learners
         self.hardware_corrections = hardware_corrections
         self.borrow_corrections = borrow_corrections
         self.keep_rows = keep_rows
@@ -404,11 +423,22 @@ class PhysicsModel(CostModel):
         row_keys = pd.util.hash_pandas_object(X, index=False).to_numpy() ^ pd.util.hash_array(y)
         once = ~pd.Series(row_keys).duplicated().to_numpy()
         self.floors_ = estimate_floors(X[once].reset_index(drop=True), y[once], self.harness_floors)
+        self.margin_shift_ = self.learner == "xgb"
+        # CPU rows get an efficiency learner of their own where the rows hold both device classes (module docstring)
+        self.cpu_learner_ = None
+        cpu = X["hw_is_gpu"].to_numpy(float) <= 0
+        if self.device_learners and cpu.any() and not cpu.all():
+            self.cpu_learner_ = copy.copy(self)
+            self.cpu_learner_._fit_learner(X[cpu].reset_index(drop=True), y[cpu])
+            X, y = X[~cpu].reset_index(drop=True), y[~cpu]
+        self._fit_learner(X, y)
+
+    def _fit_learner(self, X: pd.DataFrame, y: np.ndarray) -> None:
+        """The efficiency learner (and its base margin) on ``X, y`` through the fitted floors."""
         floor = self._floor(X)
         phys = X["physics_ms"].to_numpy(float)
         e_max = self._e_max(X)
         eff0 = np.clip(phys / np.maximum(y - floor, 1e-9) / e_max, 1e-4, 1 - 1e-4)
-        self.margin_shift_ = self.learner == "xgb"
         shift = self._shift(X)
         self.base_margin_ = float(np.median(np.log(eff0 / (1 - eff0)) - shift))
         F = self._inputs(X)
@@ -521,7 +551,19 @@ class PhysicsModel(CostModel):
         return table[regime_index(X), fam].astype(float)
 
     def _margin(self, X: pd.DataFrame) -> np.ndarray:
-        """The efficiency's logit, clipped to +-MARGIN_CLIP (the MLP extrapolates linearly far outside)."""
+        """The efficiency's logit, clipped to +-MARGIN_CLIP (the MLP extrapolates linearly far outside); CPU rows from
+        the CPU learner where the model has one."""
+        cpu_learner = getattr(self, "cpu_learner_", None)
+        cpu = X["hw_is_gpu"].to_numpy(float) <= 0
+        if cpu_learner is None or not cpu.any():
+            return self._learner_margin(X)
+        margin = np.empty(len(X))
+        margin[cpu] = cpu_learner._learner_margin(X[cpu])
+        if not cpu.all():
+            margin[~cpu] = self._learner_margin(X[~cpu])
+        return margin
+
+    def _learner_margin(self, X: pd.DataFrame) -> np.ndarray:
         F = self._inputs(X)
         if self.learner == "xgb":
             d = xgb.DMatrix(F, feature_names=list(self.inputs_))
@@ -566,6 +608,8 @@ class PhysicsModel(CostModel):
                         which[m] = i
                 if fit and self.borrow_corrections:
                     self._borrow(X, floor, kernel, which, modes)
+        if "latency_ms" in X.columns:  # a row-wise kernel is never faster than one row's serial walk
+            kernel = np.maximum(kernel, X["latency_ms"].to_numpy(float))
         return floor, kernel, which
 
     def _borrow(self, X: pd.DataFrame, floor, kernel, which, modes) -> None:
@@ -787,7 +831,6 @@ class PhysicsModel(CostModel):
     def _save_payload(self, path: Path) -> None:
         state = {
             "floors": self.floors_,
-            "base_margin": self.base_margin_,
             "margin_shift": self.margin_shift_,
             "gemm_bytes_over_l2": self.gemm_bytes_over_l2,
             "gemm_l2_masked": self.gemm_l2_masked_,
@@ -802,13 +845,10 @@ class PhysicsModel(CostModel):
                 c["booster"].save_model(path / f"correction_{i}.ubj")
             if c.get("model") is not None:  # a refit calibration's model, saved as a model of its own
                 c["model"].save(path / f"calibrated_{i}")
-        if self.learner == "xgb":
-            self.booster_.save_model(path / "efficiency.ubj")
-        else:
-            import torch
-
-            torch.save(self.net_.state_dict(), path / "efficiency.pt")
-            state["mean"], state["std"] = self.mean_.tolist(), self.std_.tolist()
+        self._save_learner(path, "efficiency", state)
+        if self.cpu_learner_ is not None:
+            state["cpu_learner"] = {}
+            self.cpu_learner_._save_learner(path, "efficiency_cpu", state["cpu_learner"])
         if self.rows_ is not None:  # calibrate's refit reads them (zstd parquet: ~50 bytes a row)
             frame = self.rows_["X"].assign(**{ROWS_Y: self.rows_["y"]})
             frame.to_parquet(path / "training_rows.parquet", compression="zstd", index=False)
@@ -821,16 +861,17 @@ class PhysicsModel(CostModel):
             floors = {r: dict(floors) for r in FLOOR_REGIMES}
         # saved before the library loop was a harness of its own: it had the back-to-back floor; before the CUDA graph
         # was one: the back-to-back floor times their priors' ratio, as a model fitted without graph rows has it
-        graph = OVER_PER_CALL["cuda_graph"] / OVER_PER_CALL["back_to_back"]
         self.floors_ = {
             r: dict(
                 floors[r]
                 if r in floors
-                else {f: v * (graph if r == "cuda_graph" else 1.0) for f, v in floors["back_to_back"].items()}
+                else {
+                    f: v * (floor_prior(r, f) / floor_prior("back_to_back", f) if r in HARNESSES else 1.0)
+                    for f, v in floors["back_to_back"].items()
+                }
             )
             for r in FLOOR_REGIMES
         }
-        self.base_margin_ = state["base_margin"]
         self.margin_shift_ = state.get("margin_shift", False)  # saved before the offset: margins without it
         # saved before GEMM rows stopped reading bytes over L2: they read it, as the model was trained
         self.gemm_bytes_over_l2 = state.get("gemm_bytes_over_l2", True)
@@ -854,14 +895,33 @@ class PhysicsModel(CostModel):
             if (path / f"calibrated_{i}").exists():
                 c["model"] = PhysicsModel.load(path / f"calibrated_{i}")
             self.corrections_.append(c)
+        self._load_learner(path, "efficiency", state)
+        self.cpu_learner_ = None  # saved before the CPU learner, or fitted on one device class: one learner
+        if "cpu_learner" in state:
+            self.cpu_learner_ = copy.copy(self)
+            self.cpu_learner_._load_learner(path, "efficiency_cpu", state["cpu_learner"])
+
+    def _save_learner(self, path: Path, name: str, state: dict) -> None:
+        """The efficiency learner into ``path / name.*``, its base margin (and MLP scaling) into ``state``."""
+        state["base_margin"] = self.base_margin_
         if self.learner == "xgb":
-            self.booster_ = xgb.Booster(model_file=str(path / "efficiency.ubj"))
+            self.booster_.save_model(path / f"{name}.ubj")
+        else:
+            import torch
+
+            torch.save(self.net_.state_dict(), path / f"{name}.pt")
+            state["mean"], state["std"] = self.mean_.tolist(), self.std_.tolist()
+
+    def _load_learner(self, path: Path, name: str, state: dict) -> None:
+        self.base_margin_ = state["base_margin"]
+        if self.learner == "xgb":
+            self.booster_ = xgb.Booster(model_file=str(path / f"{name}.ubj"))
         else:
             import torch
 
             self.mean_, self.std_ = np.asarray(state["mean"], np.float32), np.asarray(state["std"], np.float32)
             self.net_ = _mlp(len(self.inputs_), self.hidden, self.base_margin_)
-            self.net_.load_state_dict(torch.load(path / "efficiency.pt"))
+            self.net_.load_state_dict(torch.load(path / f"{name}.pt"))
             self.net_.eval()
 
 

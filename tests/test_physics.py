@@ -284,7 +284,7 @@ def test_an_artifact_saved_before_the_cuda_graph_harness_loads_with_the_priors_f
     floor times the priors' ratio, as a model fitted today without graph-timed rows does."""
     import json
 
-    from models.physics import OVER_PER_CALL
+    from models.physics import floor_prior
 
     model = fitted()
     path = model.save(tmp_path / "old")
@@ -292,8 +292,8 @@ def test_an_artifact_saved_before_the_cuda_graph_harness_loads_with_the_priors_f
     del state["floors"]["cuda_graph"]
     (path / "physics.json").write_text(json.dumps(state))
     loaded = load_model(path)
-    ratio = OVER_PER_CALL["cuda_graph"] / OVER_PER_CALL["back_to_back"]
     for family, floor in loaded.floors_["back_to_back"].items():
+        ratio = floor_prior("cuda_graph", family) / floor_prior("back_to_back", family)
         assert loaded.floors_["cuda_graph"][family] == pytest.approx(ratio * floor)
         assert loaded.floors_["cuda_graph"][family] == pytest.approx(model.floors_["cuda_graph"][family])
 
@@ -670,7 +670,7 @@ def test_a_few_rows_of_a_harness_and_their_repeats_do_not_set_its_floors(registr
     """A harness that no line's intercept was fitted for (four GEMMs of a new GPU, the fastest slow rather than
     floor-bound) keeps the floors its prior gives; calibrate's refit repeats a new GPU's rows, and a repeated row is
     one kernel to the floors (three times four rows would fit a line)."""
-    from models.physics import OVER_PER_CALL
+    from models.physics import floor_prior
 
     rows, X = small_rows(), small_frame()
     ns, y = neusight_mask(), rows["runtime_ms"].to_numpy()
@@ -679,6 +679,83 @@ def test_a_few_rows_of_a_harness_and_their_repeats_do_not_set_its_floors(registr
     Xn = X[ns].reset_index(drop=True)
     repeated = PhysicsModel(**FAST).fit(pd.concat([Xn, Xf, Xf, Xf], ignore_index=True), np.r_[y[ns], yf, yf, yf])
     for family, floor in repeated.floors_["per_call"].items():
-        assert repeated.floors_["cuda_graph"][family] == pytest.approx(OVER_PER_CALL["cuda_graph"] * floor)
+        assert repeated.floors_["cuda_graph"][family] == pytest.approx(floor_prior("cuda_graph", family) * floor)
     once = PhysicsModel(**FAST).fit(pd.concat([Xn, Xf], ignore_index=True), np.r_[y[ns], yf])
     assert once.floors_ == repeated.floors_
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_rows() -> tuple[pd.DataFrame, HardwareRegistry]:
+    """36 real kernels timed on this machine's CPU (one thread) and a registry that knows it."""
+    from data.backends.cpu import CpuBackend
+    from data.hardware import detect_cpu
+
+    spec = detect_cpu(1)
+    backend = CpuBackend(num_threads=1, min_run_time=0.005, warmup=1, hardware=spec, energy=False)
+    work = [("gelu", {"m": m, "n": n}) for m in (16, 64, 256) for n in (128, 512, 1024)]
+    work += [("add", {"m": m, "n": n}) for m in (16, 64, 256) for n in (128, 512, 1024)]
+    work += [("layernorm", {"m": m, "n": n}) for m in (16, 64, 256) for n in (128, 512, 1024)]
+    work += [("matmul", {"m": s, "n": s, "k": k}) for s in (32, 64, 128) for k in (32, 64, 128)]
+    rows = pd.DataFrame([backend.measure({"op": op, "params": p, "dtype": "float32"}) for op, p in work])
+    return rows[rows["status"] == "ok"].reset_index(drop=True), HardwareRegistry([*HardwareRegistry.from_dir(), spec])
+
+
+def test_cpu_rows_get_an_efficiency_learner_of_their_own(tmp_path):
+    """Fitted on GPU and CPU rows, the GPU predictions are those of a model that never saw the CPU (its floors and
+    corrections were per regime and hardware already; now the learner too), the CPU rows are learned (not left to the
+    GPU learner), and both round-trip; with ``device_learners`` off the CPU rows move the GPU predictions."""
+    cpu, reg = cpu_rows()
+    assert len(cpu) >= 30
+    Xc = PhysicsFeaturizer(reg).transform(cpu)
+    Xg, yg = small_frame(), small_rows()["runtime_ms"].to_numpy()
+    X, y = pd.concat([Xg, Xc], ignore_index=True), np.r_[yg, cpu["runtime_ms"].to_numpy()]
+    gpu_only = PhysicsModel(**FAST).fit(Xg, yg)
+    both = PhysicsModel(**FAST).fit(X, y)
+    joint = PhysicsModel(**FAST, device_learners=False).fit(X, y)
+    assert both.cpu_learner_ is not None and gpu_only.cpu_learner_ is None
+    np.testing.assert_allclose(both.predict(Xg), gpu_only.predict(Xg), rtol=1e-9)
+    assert np.max(np.abs(joint.predict(Xg) / gpu_only.predict(Xg) - 1)) > 0.01
+    yc = cpu["runtime_ms"].to_numpy()
+    own, borrowed = (np.median(np.abs(np.log(m.predict(Xc) / yc))) for m in (both, gpu_only))
+    assert own < borrowed  # the CPU learner knows the CPU better than the GPU learner does
+    loaded = load_model(both.save(tmp_path / "both"))
+    np.testing.assert_allclose(loaded.predict(X), both.predict(X), rtol=1e-9)
+
+
+def test_a_row_wise_kernel_of_few_rows_is_bound_by_one_rows_walk(registry):
+    """A layernorm / softmax of fewer rows than a GPU can walk at once takes one row's serial walk (cycles a + b n at
+    the boost clock), not its bytes over the bandwidth; waves of SMs x ROWS_PER_SM rows add up; other ops and CPUs
+    have no such bound; the model predicts at least the floor plus the walk."""
+    from features.physics import ROW_LATENCY, ROWS_PER_SM
+
+    h100 = registry.get("H100-SXM")
+    wave = h100.sm_count * ROWS_PER_SM
+    X = PhysicsFeaturizer(registry).transform(
+        pd.concat(
+            [
+                describe("layernorm", "H100-SXM", "bfloat16", m=1, n=14764),
+                describe("layernorm", "H100-SXM", "float32", m=1, n=14764),
+                describe("layernorm", "H100-SXM", "float32", m=wave + 1, n=14764),
+                describe("softmax", "H100-SXM", "float32", m=4, n=4730),
+                describe("add", "H100-SXM", "float32", m=1, n=14764),
+            ],
+            ignore_index=True,
+        )
+    )
+    a, b = ROW_LATENCY["layernorm"]
+    walk = (a + b * 14764) / (h100.boost_clock_mhz * 1e6) * 1e3
+    assert X["latency_ms"][0] == pytest.approx(walk)
+    assert X["latency_ms"][1] == pytest.approx(walk)  # a row of elements: 16-bit takes as long as 32-bit
+    assert X["latency_ms"][2] == pytest.approx(2 * walk)
+    assert X["latency_ms"][0] > 10 * X["memory_ms"][0]  # 59 KB over 3.35 TB/s: 0.02 us; the walk: 17 us
+    a, b = ROW_LATENCY["softmax"]
+    assert X["latency_ms"][3] == pytest.approx((a + b * 4730) / (h100.boost_clock_mhz * 1e6) * 1e3)
+    assert X["latency_ms"][4] == 0
+    model = fitted()
+    floor, kernel, _ = model._parts(X)
+    assert np.all(kernel[:4] >= X["latency_ms"][:4].to_numpy() - 1e-12)
+    assert model.predict(X)[0] >= floor[0] + walk
+    # the same layernorm on a CPU: no row-walk bound
+    cpu, reg = cpu_rows()
+    Xc = PhysicsFeaturizer(reg).transform(describe("layernorm", cpu["hardware"][0], m=1, n=14764))
+    assert Xc["latency_ms"][0] == 0
