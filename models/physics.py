@@ -50,6 +50,7 @@ import copy
 import json
 from pathlib import Path
 
+import joblib
 import numpy as np
 import pandas as pd
 import xgboost as xgb
@@ -133,17 +134,14 @@ FLOOR_FIT_SHARE = 0.75
 # 5.9 / 27.8 = 0.21, elementwise 1.2 / 4.9 = 0.24, norm 3.0 / 12.0 = 0.25, softmax 1.7 / 3.0 = 0.55; median 0.23,
 # times the stream's 0.3: 0.07.
 OVER_PER_CALL = {"back_to_back": 0.3, "per_call": 1.0, "library_loop": 0.3, "cuda_graph": 0.07}
-# ... per family where one differs: a softmax's graph floor is 0.55 of its stream floor, not 0.23 (the stream's 3.0 us
-# softmax floor, the H200 set's, is the lowest of its families; a graph replay still pays the GPU's ~1.7 us launch gap
-# and run: 1.7-2.0 us on the H200 and on the H100, which no prior came from, against 0.7 by the median ratio)
-OVER_PER_CALL_FAMILY = {"cuda_graph": {"softmax": 0.55 * OVER_PER_CALL["back_to_back"]}}
-
-
-def floor_prior(harness: str, family: str) -> float:
-    """The prior floor of a harness over the per-call floor, for one op family (:data:`OVER_PER_CALL`)."""
-    return OVER_PER_CALL_FAMILY.get(harness, {}).get(family, OVER_PER_CALL[harness])
-
-
+# A CUDA graph's replay has no host in its floor, so its floor is the GPU's own launch gap and shortest run, not a
+# share of a host-bound harness's floor: where no training row was timed so (or too few for a line), the graph floors
+# are these, measured (estimate_floors) on the H200 with the cuda backend (the 1 324 graph-timed of 2 160 random
+# kernels); the H100, which none came from, shows GEMM 2.5, conv 5.0, elementwise 1.2, softmax 1.7-2.0 us. A ratio to
+# the stream's floor instead (the H200 set's) made them as fragile as that floor: the stream's softmax floor is 3.0 or
+# 8.7 us by which rows a fit samples (6 H200 softmax rows), and the H100's tiny softmaxes came out 0.4x or 2.5x.
+GRAPH_FLOORS_MS = {"gemm": 2.2e-3, "conv": 4.4e-3, "attention": 5.9e-3, "elementwise": 1.2e-3, "norm": 3.0e-3}
+GRAPH_FLOORS_MS |= {"softmax": 1.7e-3, "reduction": 2.6e-3, "pool": 2.6e-3, "data_movement": 2.6e-3}
 # the columns of one (op, dtype, shape), whatever the hardware: the grouping key of the held-out-shape folds
 SHAPE_KEY = (
     "flops",
@@ -196,7 +194,11 @@ def architectures(X: pd.DataFrame) -> np.ndarray:
 def hardware_keys(X: pd.DataFrame) -> np.ndarray:
     """One string per row naming its hardware's spec position (rows of one GPU share it; no name needed)."""
     H = np.round(X[list(HARDWARE_IDENTITY)].to_numpy(float), 6)
-    return np.array([",".join(f"{v:.6f}" for v in row) for row in H], dtype=object)
+    if len(H) == 0:
+        return np.array([], dtype=object)
+    distinct, inverse = np.unique(H, axis=0, return_inverse=True)  # a few GPUs: format each once, not every row
+    names = np.array([",".join(f"{v:.6f}" for v in row) for row in distinct], dtype=object)
+    return names[inverse.reshape(-1)]
 
 
 def mode_keys(X: pd.DataFrame, hw: np.ndarray | None = None) -> np.ndarray:
@@ -262,8 +264,9 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     comes from another harness that has it (those sharing the most families first), times the median ratio of the
     two over the families both have (a harness's floor scales alike across families), or times the ratio of their
     priors (:data:`OVER_PER_CALL`) where they share none; a harness with no row at all (or none that a line's
-    intercept was fitted on) takes the whole table of the first harness with rows times their priors' ratio; a
-    family no row has, the median of the others. A CPU's floor comes from CPU rows (else the back-to-back GPU
+    intercept was fitted on) takes the whole table of the first harness with rows times their priors' ratio (the CUDA
+    graph: the measured :data:`GRAPH_FLOORS_MS`); a family no row has, the median of the harness's others (filled
+    before another harness copies the table). A CPU's floor comes from CPU rows (else the back-to-back GPU
     floor). Without ``by_harness`` every regime gets the floors of all rows (one floor per family, whatever measured
     it)."""
     regime = regime_index(X)
@@ -275,7 +278,7 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
         fitted: list = []
         floors = family_floors(X, y, regime == i, fitted)
         # a harness no family's intercept was fitted for (a few rows of a new GPU: its fastest small GEMM is slow,
-        # not floor-bound) says too little: it takes another's table by the priors, as a harness with no row
+        # not floor-bound) says too little: it takes the priors, as a harness with no row
         own.append(floors if fitted else {})
     gpu = range(CPU_REGIME)
     if not any(own[i] for i in gpu):  # no GPU row: every GPU harness from all rows
@@ -287,9 +290,12 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
         others = sorted((j for j in gpu if j != i and own[j]), key=lambda j: (-len(own[i].keys() & own[j].keys()), j))
         for j in others:
             shared = [f for f in own[i] if f in own[j]]
-            ratio = float(np.median([own[i][f] / own[j][f] for f in shared])) if shared else None
+            if shared:
+                ratio = float(np.median([own[i][f] / own[j][f] for f in shared]))
+            else:
+                ratio = OVER_PER_CALL[HARNESSES[i]] / OVER_PER_CALL[HARNESSES[j]]
             for f, v in own[j].items():
-                mine.setdefault(f, v * (ratio or floor_prior(HARNESSES[i], f) / floor_prior(HARNESSES[j], f)))
+                mine.setdefault(f, v * ratio)
         out[HARNESSES[i]] = mine
     for h, floors in out.items():  # a family no row of the harness has: the median of its others
         default = float(np.median(list(floors.values())))
@@ -297,7 +303,10 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     source = next(HARNESSES[j] for j in gpu if own[j])  # a harness with no row: the first one with rows, by priors
     for i in (i for i in gpu if not own[i]):
         h = HARNESSES[i]
-        out[h] = {f: v * floor_prior(h, f) / floor_prior(source, f) for f, v in out[source].items()}
+        if h == "cuda_graph":
+            out[h] = dict(GRAPH_FLOORS_MS)
+        else:
+            out[h] = {f: v * OVER_PER_CALL[h] / OVER_PER_CALL[source] for f, v in out[source].items()}
     out = {h: out[h] for h in HARNESSES}
     out["cpu"] = {f: float(own[CPU_REGIME].get(f, out[HARNESSES[0]][f])) for f in FAMILIES}
     return out
@@ -485,9 +494,8 @@ class PhysicsModel(CostModel):
         }
         if self.monotone:
             params["monotone_constraints"] = "(" + ",".join(str(MONOTONE.get(f, 0)) for f in self.inputs_) + ")"
-        d = xgb.DMatrix(F, feature_names=list(self.inputs_))
-        d.set_base_margin(base_margin)
-        self.booster_ = xgb.train(params, d, self.n_estimators, obj=_objective(phys, floor, np.log(y), e_max))
+        self.booster_ = _train(params, F, base_margin, self.n_estimators, _objective(phys, floor, np.log(y), e_max))
+        self.booster_.feature_names = list(self.inputs_)
 
     def _fit_mlp(self, F, phys, floor, y, e_max) -> None:
         import torch
@@ -689,25 +697,28 @@ class PhysicsModel(CostModel):
             folds += [modes == m for m in np.unique(modes)]
         work = X["flops"].to_numpy(float) + X["bytes"].to_numpy(float)
         folds.append(work > np.quantile(work, 0.9))
-        scores, dist, seen = [], [], []
         # sub-models without the per-GPU corrections (each would cost as much again): the widening is sized on the
         # shared model, wider than a measured GPU's corrected predictions need
         params = {**self.get_params(), "interval_folds": False, "hardware_corrections": False, "keep_rows": 0}
+        jobs = []
         for test in folds:
             train = np.flatnonzero(~test)
             if len(train) < 20 or test.sum() == 0:
                 continue
             if len(train) > self.interval_max_rows:
                 train = np.sort(rng.choice(train, self.interval_max_rows, replace=False))
-            Xt = X.iloc[np.flatnonzero(test)].reset_index(drop=True)
-            sub = PhysicsModel(**params).fit(X.iloc[train].reset_index(drop=True), y[train])
-            dom = sub.domain_.frame(Xt)
-            scores.append(np.abs(np.log(sub.predict(Xt)) - np.log(y[test])))
-            dist.append(dom["domain_distance"].to_numpy())
-            seen.append(dom["hardware_seen"].to_numpy())
-        if not scores:
+            jobs.append((train, np.flatnonzero(test)))
+        if not jobs:
             return None
-        return calibrate_widening(np.concatenate(scores), np.concatenate(dist), np.concatenate(seen), self.level)
+        # the folds in n_jobs processes (one XGBoost thread each): their fits are most of a fit's time
+        workers = min(joblib.effective_n_jobs(self.n_jobs), len(jobs))
+        params["n_jobs"] = 1 if workers > 1 else self.n_jobs
+        out = joblib.Parallel(n_jobs=workers)(
+            joblib.delayed(_fold_scores)(params, X.iloc[tr].reset_index(drop=True), y[tr], X.iloc[te], y[te])
+            for tr, te in jobs
+        )
+        scores, dist, seen = (np.concatenate(part) for part in zip(*out, strict=True))
+        return calibrate_widening(scores, dist, seen, self.level)
 
     # --- few-shot calibration -----------------------------------------------------------------------------
     def calibrate(self, X_new: pd.DataFrame, y_new, hardware: str | None = None) -> PhysicsModel:
@@ -860,16 +871,9 @@ class PhysicsModel(CostModel):
         if not all(isinstance(v, dict) for v in floors.values()):  # saved before floors were per regime
             floors = {r: dict(floors) for r in FLOOR_REGIMES}
         # saved before the library loop was a harness of its own: it had the back-to-back floor; before the CUDA graph
-        # was one: the back-to-back floor times their priors' ratio, as a model fitted without graph rows has it
+        # was one: the measured graph floors, as a model fitted without graph rows has them
         self.floors_ = {
-            r: dict(
-                floors[r]
-                if r in floors
-                else {
-                    f: v * (floor_prior(r, f) / floor_prior("back_to_back", f) if r in HARNESSES else 1.0)
-                    for f, v in floors["back_to_back"].items()
-                }
-            )
+            r: dict(floors[r] if r in floors else GRAPH_FLOORS_MS if r == "cuda_graph" else floors["back_to_back"])
             for r in FLOOR_REGIMES
         }
         self.margin_shift_ = state.get("margin_shift", False)  # saved before the offset: margins without it
@@ -925,6 +929,16 @@ class PhysicsModel(CostModel):
             self.net_.eval()
 
 
+def _fold_scores(params: dict, X_train, y_train, X_test, y_test) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One interval fold: a sub-model fitted on the fold's training rows, its absolute log errors on the held-out
+    rows and their domain distances and hardware-seen flags."""
+    X_test = X_test.reset_index(drop=True)
+    sub = PhysicsModel(**params).fit(X_train, y_train)
+    dom = sub.domain_.frame(X_test)
+    score = np.abs(np.log(sub.predict(X_test)) - np.log(y_test))
+    return score, dom["domain_distance"].to_numpy(), dom["hardware_seen"].to_numpy()
+
+
 # --- few-shot correction ------------------------------------------------------------------------------------
 def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int, names=FEATURES) -> dict:
     """Floor scale and kernel log-bias by grid search, then ``rounds`` boosted trees of the log-correction on the
@@ -938,11 +952,20 @@ def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int, 
     _, scale, bias = best
     corr = {"floor_scale": scale, "bias": bias, "rounds": int(rounds), "booster": None}
     if rounds:
-        d = xgb.DMatrix(F, feature_names=list(names))
-        d.set_base_margin(np.full(len(F), bias))
         params = {"eta": 0.1, "max_depth": 3, "min_child_weight": 2, "reg_lambda": 1.0, "seed": seed, "nthread": 1}
-        corr["booster"] = xgb.train(params, d, rounds, obj=_correction_objective(kernel, scale * floor, logy))
+        obj = _correction_objective(kernel, scale * floor, logy)
+        corr["booster"] = _train(params, F, np.full(len(F), bias), rounds, obj)
+        corr["booster"].feature_names = list(names)
     return corr
+
+
+def _train(params: dict, F: np.ndarray, base_margin: np.ndarray, rounds: int, obj) -> xgb.Booster:
+    """``xgb.train`` with a custom objective on a matrix without feature names (the caller names the booster after):
+    each round predicts on the training matrix, and with names XGBoost checks them every round, which cost more than
+    the trees on the main job's small folds (65 of its 150 s in debug=tiny)."""
+    d = xgb.DMatrix(F)
+    d.set_base_margin(base_margin)
+    return xgb.train(params, d, rounds, obj=obj)
 
 
 def _correction_margin(corr: dict, F: np.ndarray, names=FEATURES) -> np.ndarray:

@@ -280,11 +280,11 @@ def test_an_artifact_saved_before_the_library_loop_harness_loads_with_its_floor(
 
 
 def test_an_artifact_saved_before_the_cuda_graph_harness_loads_with_the_priors_floor(tmp_path):
-    """Before a CUDA graph's replay was a harness of its own an artifact has no floor for it: it gets the stream's
-    floor times the priors' ratio, as a model fitted today without graph-timed rows does."""
+    """Before a CUDA graph's replay was a harness of its own an artifact has no floor for it: it gets the measured
+    graph floors, as a model fitted today without graph-timed rows does."""
     import json
 
-    from models.physics import floor_prior
+    from models.physics import GRAPH_FLOORS_MS
 
     model = fitted()
     path = model.save(tmp_path / "old")
@@ -292,10 +292,8 @@ def test_an_artifact_saved_before_the_cuda_graph_harness_loads_with_the_priors_f
     del state["floors"]["cuda_graph"]
     (path / "physics.json").write_text(json.dumps(state))
     loaded = load_model(path)
-    for family, floor in loaded.floors_["back_to_back"].items():
-        ratio = floor_prior("cuda_graph", family) / floor_prior("back_to_back", family)
-        assert loaded.floors_["cuda_graph"][family] == pytest.approx(ratio * floor)
-        assert loaded.floors_["cuda_graph"][family] == pytest.approx(model.floors_["cuda_graph"][family])
+    assert loaded.floors_["cuda_graph"] == GRAPH_FLOORS_MS == model.floors_["cuda_graph"]
+    assert loaded.floors_["back_to_back"] == model.floors_["back_to_back"]
 
 
 def test_fit_on_descriptions_equals_fit_on_frame():
@@ -670,7 +668,7 @@ def test_a_few_rows_of_a_harness_and_their_repeats_do_not_set_its_floors(registr
     """A harness that no line's intercept was fitted for (four GEMMs of a new GPU, the fastest slow rather than
     floor-bound) keeps the floors its prior gives; calibrate's refit repeats a new GPU's rows, and a repeated row is
     one kernel to the floors (three times four rows would fit a line)."""
-    from models.physics import floor_prior
+    from models.physics import GRAPH_FLOORS_MS
 
     rows, X = small_rows(), small_frame()
     ns, y = neusight_mask(), rows["runtime_ms"].to_numpy()
@@ -678,8 +676,7 @@ def test_a_few_rows_of_a_harness_and_their_repeats_do_not_set_its_floors(registr
     Xf, yf = PhysicsFeaturizer(registry).transform(few), few["runtime_ms"].to_numpy()
     Xn = X[ns].reset_index(drop=True)
     repeated = PhysicsModel(**FAST).fit(pd.concat([Xn, Xf, Xf, Xf], ignore_index=True), np.r_[y[ns], yf, yf, yf])
-    for family, floor in repeated.floors_["per_call"].items():
-        assert repeated.floors_["cuda_graph"][family] == pytest.approx(floor_prior("cuda_graph", family) * floor)
+    assert repeated.floors_["cuda_graph"] == GRAPH_FLOORS_MS
     once = PhysicsModel(**FAST).fit(pd.concat([Xn, Xf], ignore_index=True), np.r_[y[ns], yf])
     assert once.floors_ == repeated.floors_
 
@@ -759,3 +756,24 @@ def test_a_row_wise_kernel_of_few_rows_is_bound_by_one_rows_walk(registry):
     cpu, reg = cpu_rows()
     Xc = PhysicsFeaturizer(reg).transform(describe("layernorm", cpu["hardware"][0], m=1, n=14764))
     assert Xc["latency_ms"][0] == 0
+
+
+def test_interval_folds_in_parallel_processes_equal_one_process():
+    """The interval widening's folds run in ``n_jobs`` processes (one XGBoost thread each) and give what one process
+    gives; the hardware keys (one string per spec position, formatted once per GPU) name each row's spec."""
+    from models.physics import HARDWARE_IDENTITY, hardware_keys
+
+    X, y = small_frame(), small_rows()["runtime_ms"].to_numpy()
+    one = PhysicsModel(n_estimators=30, interval_hardware_folds=3, n_jobs=1).fit(X, y)
+    two = PhysicsModel(n_estimators=30, interval_hardware_folds=3, n_jobs=2).fit(X, y)
+    assert one.widening_ is not None and json_equal(one.widening_, two.widening_)
+    keys = hardware_keys(X)
+    spec = np.round(X[list(HARDWARE_IDENTITY)].to_numpy(float), 6)
+    assert list(keys[:50]) == [",".join(f"{v:.6f}" for v in row) for row in spec[:50]]
+    assert len(set(keys)) == len({tuple(r) for r in spec})
+
+
+def json_equal(a, b) -> bool:
+    import json
+
+    return json.dumps(a, sort_keys=True, default=float) == json.dumps(b, sort_keys=True, default=float)
