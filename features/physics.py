@@ -391,10 +391,11 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
 
 
 def row_latency_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray, clock_hz: np.ndarray) -> np.ndarray:
-    """Per row the latency bound (s) of a row-wise kernel on a GPU (:data:`ROW_LATENCY`; 0 for other ops)."""
+    """Per row the latency bound (s) of a row-wise kernel on a GPU (:data:`ROW_LATENCY`; 0 for other ops and where
+    ``clock_hz`` is 0: a CPU)."""
     out = np.zeros(len(ops))
     for op, (a, b) in ROW_LATENCY.items():
-        i = ops == op
+        i = (ops == op) & (clock_hz > 0)
         if i.any():
             waves = np.ceil(np.maximum(m[i], 1) / (sms[i] * ROWS_PER_SM))
             out[i] = waves * (a + b * n[i]) / clock_hz[i]
@@ -461,13 +462,8 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["flops"], X["bytes"] = flops, nbytes
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
-    rowwise = np.isin(ops, tuple(ROW_LATENCY)) & (hw["gpu"] > 0) & (hw["clock"] > 0)
-    X["latency_ms"] = np.where(
-        rowwise,
-        row_latency_s(ops, df["m"].to_numpy(float), df["n"].to_numpy(float), hw["sms"], np.maximum(hw["clock"], 1.0))
-        * 1e3,
-        0.0,
-    )
+    clock = np.where(hw["gpu"] > 0, hw["clock"], 0.0)  # a CPU has no row-walk bound
+    X["latency_ms"] = row_latency_s(ops, df["m"].to_numpy(float), df["n"].to_numpy(float), hw["sms"], clock) * 1e3
     X["harness_index"] = harness_of(df)
     return pd.DataFrame(X)
 
