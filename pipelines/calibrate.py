@@ -186,14 +186,16 @@ def calibrate_registered(
     sha256: str | None = None,
     source: str = "",
     promote: bool = False,
+    method: str = "auto",
     hardware_dir=None,
     experiment: str = "costmodel-calibrate",
     served=None,
     note=print,
 ) -> Calibration:
     """Calibrate the registered model ``uri`` on measured ``rows`` of one GPU; log and register a new version of
-    the same registered model (the alias moves only with ``promote``). ``served``: :func:`load_served`'s result, if
-    already loaded. Returns what was registered."""
+    the same registered model (the alias moves only with ``promote``). ``method``: the model's calibrate method
+    (``auto``: whichever of none, a correction and a refit does best out of fold). ``served``:
+    :func:`load_served`'s result, if already loaded. Returns what was registered."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -208,7 +210,7 @@ def calibrate_registered(
         if len(set(index)) != len(index):
             raise CalibrationError("calibrate takes one kernel per row (op + shapes), not MLIR modules")
         X = inner.encoder.transform(frame)
-        model = inner.model.calibrate(X, y, hardware=hw)
+        model = inner.model.calibrate(X, y, hardware=hw, method=method)
     except FeatureError as exc:
         raise CalibrationError(str(exc)) from None
     except ValueError as exc:  # the model's own check of the rows (one line)
@@ -236,14 +238,17 @@ def calibrate_registered(
         return {}, [path]
 
     example = workloads.head(3).astype({p: float for p in SHAPE_PARAMS if p in workloads.columns})
+    metrics = {
+        f"calibrate/{hw}/n": float(len(rows)),
+        f"calibrate/{hw}/mape_before": corr["mape_before"],
+        f"calibrate/{hw}/mape_out_of_fold": corr["mape_out_of_fold"],
+        f"calibrate/{hw}/log_halfwidth": float(corr["q"]),
+    }
+    if "mape_refit_out_of_fold" in corr:  # a refit was tried (the kept way may be another)
+        metrics[f"calibrate/{hw}/mape_refit_out_of_fold"] = corr["mape_refit_out_of_fold"]
     logged = tracking.log_run(
         f"calibrate-{hw}",
-        metrics={
-            f"calibrate/{hw}/n": float(len(rows)),
-            f"calibrate/{hw}/mape_before": corr["mape_before"],
-            f"calibrate/{hw}/mape_out_of_fold": corr["mape_out_of_fold"],
-            f"calibrate/{hw}/log_halfwidth": float(corr["q"]),
-        },
+        metrics=metrics,
         params={
             "parent_model_uri": facts["parent_model_uri"],
             "calibration_method": corr.get("method", "correction"),

@@ -511,6 +511,7 @@ def calibrate(args) -> int:
             sha256=digest,
             source=source,
             promote=args.promote,
+            method=args.method,
             served=served,
             note=lambda line: print(line, file=sys.stderr),
         )
@@ -534,6 +535,12 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--hardware", help="--measure: the GPU on this machine (a conf/hardware id)")
     p.add_argument("--budget", type=int, help="--measure: how many workloads to measure (default 60)")
     p.add_argument("--promote", action="store_true", help="move the alias (e.g. @champion) to the new version")
+    p.add_argument(
+        "--method",
+        choices=("auto", "refit", "correction"),
+        default="auto",
+        help="auto (default): whichever of none, a correction and a refit does best out of fold on the rows",
+    )
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
     p.set_defaults(func=calibrate)
 

@@ -227,11 +227,12 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
     assert mv.tags["parent_version"] == v1 and mv.tags["model"] == "physics"
     assert str(client.get_model_version_by_alias("costmodel-runtime", "champion").version) == v1  # not promoted
     run = client.get_run(mv.run_id)
-    assert (
-        run.data.metrics[f"calibrate/{HELD_GPU}/mape_out_of_fold"]
-        < run.data.metrics[f"calibrate/{HELD_GPU}/mape_before"]
-    )
-    assert run.data.params["calibration_method"] == "refit"  # the registered artifact carries its training rows
+    # auto: the kept way is no worse out of fold than the model before; a refit was tried (the registered artifact
+    # carries its training rows)
+    metrics = run.data.metrics
+    assert metrics[f"calibrate/{HELD_GPU}/mape_out_of_fold"] <= metrics[f"calibrate/{HELD_GPU}/mape_before"]
+    assert f"calibrate/{HELD_GPU}/mape_refit_out_of_fold" in metrics
+    assert run.data.params["calibration_method"] in ("refit", "correction", "none")
     logged = pd.read_csv(
         mlflow.artifacts.download_artifacts(
             run_id=mv.run_id, artifact_path="eval/calibration_rows.csv", tracking_uri=uri
@@ -246,13 +247,16 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
     assert err_after < 0.8 * err_before, (err_before, err_after)
     pd.testing.assert_frame_equal(after.predict(others), before.predict(others))
 
-    # --promote moves the alias to the new version
+    # --promote moves the alias to the new version; --method asks for one way
     rc, out, err = _cli(
-        capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", uri, "--promote"
-    )
+        capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", uri, "--promote",
+        "--method", "refit",
+    )  # fmt: skip
     assert rc == 0, err
     v3 = out.strip().removeprefix("models:/costmodel-runtime/")
     assert str(client.get_model_version_by_alias("costmodel-runtime", "champion").version) == v3
+    run3 = client.get_run(client.get_model_version("costmodel-runtime", v3).run_id)
+    assert run3.data.params["calibration_method"] == "refit" and "(out of fold, refit)" in err
 
 
 @pytest.mark.slow
