@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from data.hardware import HardwareRegistry
 
@@ -109,9 +111,19 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> dict:
-    """The real entry point (``python -m pipelines.run``) at a tiny size against a temp sqlite store."""
-    out = tmp_path_factory.mktemp("run")
-    proc = run_entry("pipelines.run", "debug=tiny", out=out, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {"out": out, "uri": f"sqlite:///{out / 'mlflow.db'}", "stdout": proc.stdout, "stderr": proc.stderr}
+def tiny_run(tmp_path_factory, worker_id) -> dict:
+    """The real entry point (``python -m pipelines.run``) at a tiny size against a temp sqlite store: run once for
+    the whole session, the pytest-xdist workers' included (the first to ask runs it under a file lock, the others
+    wait for it and read its store; the tests only read it, or copy its database before they write)."""
+    base = tmp_path_factory.getbasetemp()
+    out = (base if worker_id == "master" else base.parent) / "tiny_run"
+    done = out / "entry_point.json"
+    with FileLock(f"{out}.lock"):
+        if not done.exists():
+            out.mkdir(exist_ok=True)
+            proc = run_entry("pipelines.run", "debug=tiny", out=out, timeout=600)
+            result = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+            done.write_text(json.dumps(result))
+    result = json.loads(done.read_text())
+    assert result["returncode"] == 0, result["stdout"][-3000:] + result["stderr"][-3000:]
+    return {"out": out, "uri": f"sqlite:///{out / 'mlflow.db'}", "stdout": result["stdout"], "stderr": result["stderr"]}
