@@ -41,7 +41,8 @@ Learners (``learner``), both fitted on the loss that matters, (log runtime - log
 
 Each prediction has a domain of validity and an interval (:meth:`PhysicsModel.predict_domain`, ``models.domain``),
 calibrated at fit time on held-out folds of the training rows (shapes, hardware, the largest shapes). A new GPU
-is learned from a few of its measurements by :meth:`PhysicsModel.calibrate` (a boosted correction).
+is learned from a few of its measurements by :meth:`PhysicsModel.calibrate` (a boosted correction or a refit on the
+kept training rows, kept only where it beats the model's own answer out of fold).
 """
 
 from __future__ import annotations
