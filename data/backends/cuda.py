@@ -10,10 +10,13 @@ Per workload (``measure``), on the GPU the backend was made for:
 3. **Timing** (:func:`time_calls`): CUDA events around windows of back-to-back calls, each window at
    least ``min_window_ms``; runtime = median over ``windows`` windows of (window time / calls), with
    the min, max and IQR over windows recorded. A kernel whose eager estimate is under
-   ``graph_threshold_us`` (default 30 us) is captured ``calls_per_graph`` times into a
-   ``torch.cuda.CUDAGraph`` and timed by replaying it: back-to-back eager launches of short kernels
-   time the host launch path, not the GPU (repeat runs differ by ~7% there versus < 1% above, see
-   ``../shared/data/README.md``). ``timing_method`` = ``cuda_events`` or ``cuda_graph`` per row.
+   ``graph_threshold_us`` (default 30 us) is captured into a ``torch.cuda.CUDAGraph`` enough times for
+   one replay to last ``graph_min_ms`` of device time (sized from a first capture's replay, since the
+   eager estimate of a short kernel is the host's launch time) and timed by replaying it: back-to-back
+   eager launches of short kernels time the host launch path, not the GPU (repeat runs differ by ~7%
+   there versus < 1% above, see ``../shared/data/README.md``). ``timing_method`` = ``cuda_events`` or
+   ``cuda_graph`` per row. Each window is preceded, outside its events, by ~1 ms of the same work, so
+   a host thread that is late (preempted, collecting garbage) does not leave the device idle inside it.
 4. **Power** (:mod:`data.nvml`): a worker thread replays the same launch unit (graph or eager batch)
    back to back, 10-15 ms of work queued at all times (CUDA-event fences), while this thread polls NVML's
    total-energy counter and averages power between two counter ticks ``power_ticks`` apart
@@ -106,8 +109,13 @@ class Timing:
         }
 
 
-def _elapsed_ms(run: Callable[[], None]) -> float:
+def _elapsed_ms(run: Callable[[], None], lead: Callable[[], None] | None = None) -> float:
+    """Device time of the work ``run`` enqueues. ``lead`` is enqueued first, outside the two events: the device has
+    work while the host records the start and launches ``run``, so a host that is late by less than the lead's
+    device time (a preempted thread, a GC pause) does not add idle time to the window."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if lead is not None:
+        lead()
     start.record()
     run()
     end.record()
@@ -131,6 +139,14 @@ def _capture(fn: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
             fn()
     torch.cuda.synchronize()
     return graph
+
+
+def _capture_timed(fn: Callable[[], object], calls: int) -> tuple[torch.cuda.CUDAGraph, float]:
+    """:func:`_capture` and the device time of one warm replay (ms)."""
+    g = _capture(fn, calls)
+    g.replay()
+    torch.cuda.synchronize()
+    return g, _elapsed_ms(g.replay, lead=g.replay)
 
 
 def time_calls(
@@ -164,22 +180,34 @@ def time_calls(
     if use_graph:
         per_graph = max(1, min(max_calls_per_graph, math.ceil(graph_min_ms / max(est_ms, 1e-6))))
         try:
-            g = _capture(fn, per_graph)
+            g, unit_ms = _capture_timed(fn, per_graph)
+            # The eager estimate of a short kernel is the host's launch time, not the kernel's: a graph sized from
+            # it replays in a fraction of graph_min_ms, and the host may not keep ahead of its replays. Resize it
+            # from its own device time (a tiny graph's replay time still holds some launch overhead: <= 3 tries).
+            for _ in range(3):
+                grown = min(max_calls_per_graph, math.ceil(per_graph * graph_min_ms / max(unit_ms, 1e-6)))
+                if grown <= 1.5 * per_graph:
+                    break
+                del g
+                per_graph = grown
+                g, unit_ms = _capture_timed(fn, per_graph)
         except RuntimeError as exc:  # an op that cannot be captured: time it eagerly and say so
             torch.cuda.synchronize()
-            note = f"graph capture failed, timed eagerly: {type(exc).__name__}: {exc}"[:300]
+            unit_ms, note = est_ms, f"graph capture failed, timed eagerly: {type(exc).__name__}: {exc}"[:300]
         else:
-            g.replay()
-            torch.cuda.synchronize()
-            unit_ms = _elapsed_ms(g.replay)
             launch, per_launch, method = g.replay, per_graph, "cuda_graph"
     reps = max(1, math.ceil(min_window_ms / max(unit_ms, 1e-6)))
+    lead = max(1, math.ceil(min(1.0, min_window_ms / 4) / max(unit_ms, 1e-6)))  # ~1 ms of work ahead of each window
 
     def window() -> None:
         for _ in range(reps):
             launch()
 
-    per_call = sorted(_elapsed_ms(window) / (reps * per_launch) for _ in range(windows))
+    def ahead() -> None:
+        for _ in range(lead):
+            launch()
+
+    per_call = sorted(_elapsed_ms(window, lead=ahead) / (reps * per_launch) for _ in range(windows))
     q1, q3 = (statistics.quantiles(per_call, n=4, method="inclusive") if len(per_call) > 1 else (per_call[0],) * 3)[::2]
     return Timing(
         runtime_ms=float(statistics.median(per_call)),
