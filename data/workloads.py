@@ -61,7 +61,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -338,31 +338,41 @@ def validate(op: str, params: Mapping[str, object], dtype: str = "float32") -> d
     problem, echoing at most ``data.costs.ECHO_CHARS`` characters of a value. Optional parameters: a missing,
     NaN or 0 value is the default and a value equal to the default is dropped from the result.
     """
+    return validate_many(op, [params], [dtype])[0]
+
+
+def validate_many(op: str, rows: Sequence[Mapping[str, object]], dtypes: Sequence[str]) -> list[dict[str, int]]:
+    """:func:`validate` of many rows of one ``op`` in one vectorised pass of the shape check (an importer's tens of
+    thousands of distinct shapes); raises :class:`WorkloadError` with the first bad row's problem."""
     import numpy as np
 
     from data.costs import echo, first_problem, shape_problems  # data.costs imports this module
 
     if not isinstance(op, str) or op not in OPS:
         raise WorkloadError(f"unknown op {echo(op, 80)}; known ops: {', '.join(OPS)}")
-    if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise WorkloadError(f"unknown dtype {echo(dtype, 80)}; known dtypes: {', '.join(DTYPES)}")
-    spec = OPS[op]
+    for dtype in dict.fromkeys(dtypes):
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise WorkloadError(f"unknown dtype {echo(dtype, 80)}; known dtypes: {', '.join(DTYPES)}")
+    spec, n = OPS[op], len(rows)
     raw = {}
     for name in spec.names:
-        raw[name] = np.empty(1, object)
-        raw[name][0] = params.get(name)
-    values, problems = shape_problems(op, raw, 1, dtypes=np.array([dtype], object))
+        raw[name] = np.empty(n, object)
+        raw[name][:] = [r.get(name) for r in rows]
+    values, problems = shape_problems(op, raw, n, dtypes=np.array(list(dtypes), object))
     found = first_problem(problems)
     if found is not None:
         raise WorkloadError(found[1])
-    out = {name: _exact(raw[name][0], values[name][0]) for name in spec.params}
-    for name, default in spec.optional:
-        value = raw[name][0]
-        if _unset(value):
-            continue
-        ivalue = _exact(value, values[name][0])
-        if ivalue != 0 and ivalue != (out[default] if isinstance(default, str) else default):
-            out[name] = ivalue
+    out = []
+    for i in range(n):
+        row = {name: _exact(raw[name][i], values[name][i]) for name in spec.params}
+        for name, default in spec.optional:
+            value = raw[name][i]
+            if _unset(value):
+                continue
+            ivalue = _exact(value, values[name][i])
+            if ivalue != 0 and ivalue != (row[default] if isinstance(default, str) else default):
+                row[name] = ivalue
+        out.append(row)
     return out
 
 

@@ -142,17 +142,13 @@ def import_neusight(
         observed = [c for c in (*OBSERVED, "large") if c in src.columns]
         rel = str(path.relative_to(root))
         records = src[observed].to_dict("records")
-        extra = {"linear": lambda j: {"source_B": int(src["B"].iat[j]), "source_M": int(src["M"].iat[j])}}.get(kind)
+        ops, devices = src["OPName"].astype(str).tolist(), src["Device"].astype(str).tolist()  # columns, not cells
+        extra = zip(src["B"].astype(int).tolist(), src["M"].astype(int).tolist()) if kind == "linear" else None
         for j, rec in enumerate(records):
-            rec.update(
-                file=rel,
-                row=j,
-                timestamp_known=False,
-                source_op=str(src["OPName"].iat[j]),
-                device_name=str(src["Device"].iat[j]),
-            )
-            if extra:
-                rec.update(extra(j))
+            rec.update(file=rel, row=j, timestamp_known=False, source_op=ops[j], device_name=devices[j])
+            if extra is not None:
+                b, m = next(extra)
+                rec.update(source_B=b, source_M=m)
         metas += records
         frames.append(mapped)
     df = pd.concat(frames, ignore_index=True)
