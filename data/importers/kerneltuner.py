@@ -76,6 +76,7 @@ def import_kerneltuner(
     root = data_root(root)
     registry = registry or HardwareRegistry.from_dir()
     rows, metas, configs = [], [], []
+    repeats: dict[int, list] = {}  # repeat count -> (row index, times) of the configs that ran
     for kernel in kernels:
         paths = sorted((root / "kerneltuner" / kernel).glob("*.json.gz"))
         if not paths:
@@ -108,17 +109,21 @@ def import_kerneltuner(
                     meta["timestamp_known"] = False
                 t = entry.get("time")
                 if isinstance(t, (int, float)) and t > 0:
-                    times = np.asarray(entry.get("times") or [t], dtype=float)
-                    q1, q3 = np.percentile(times, [25, 75])
-                    row.update(
-                        status="ok", runtime_ms=float(t), runtime_repeats=len(times), runtime_iqr_ms=float(q3 - q1)
-                    )
-                    meta["runtime_cv"] = float(times.std(ddof=1) / times.mean()) if len(times) > 1 else None
+                    times = entry.get("times") or [t]
+                    row.update(status="ok", runtime_ms=float(t), runtime_repeats=len(times), runtime_iqr_ms=None)
+                    meta["runtime_cv"] = None
+                    repeats.setdefault(len(times), []).append((len(rows), times))
                 else:
                     row.update(status="error", error=f"kernel tuner: {t}", runtime_ms=None)
                 rows.append(row)
                 metas.append(meta)
                 configs.append(cfg)
+    for n, found in repeats.items():  # the spread of each config's repeats: one numpy pass per repeat count
+        times = np.array([t for _, t in found], dtype=float)
+        q1, q3 = np.percentile(times, [25, 75], axis=1)
+        cv = (times.std(axis=1, ddof=1) / times.mean(axis=1)).tolist() if n > 1 else [None] * len(found)
+        for (i, _), iqr, c in zip(found, (q3 - q1).tolist(), cv, strict=True):
+            rows[i]["runtime_iqr_ms"], metas[i]["runtime_cv"] = iqr, c
     df = pd.DataFrame(rows)
     if "timestamp" in df.columns:  # caches without per-config times: the epoch marks 'unknown'
         df["timestamp"] = df["timestamp"].fillna(pd.Timestamp(0, tz="UTC"))
