@@ -15,7 +15,8 @@ it is measured, so a run cut off keeps what it measured, and a rerun skips the w
 ``judge`` (here): the model's prediction for every ok row, asked for with the harness it was timed with (a CUDA
 graph's replay or a stream of calls: ``features.physics.HARNESSES``), from the spec sheet alone (the rows' GPU must
 be in ``conf/hardware``), then ``calibrate`` on k = 10, 30, 100 random rows of it (``--repeats`` draws), scored on the
-rest. Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
+rest; ``--choose model``: on the k rows ``costmodel calibrate --measure`` would choose from them
+(``pipelines.calibrate.rank_workloads``; the pool is its candidate sweep, so these are the rows it would measure). Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def judge(args) -> int:
     from features.physics import measurement_settings
     from models.api import load_cost_model
     from models.pyfunc import to_workloads
-    from pipelines.calibrate import ensure_hardware
+    from pipelines.calibrate import ensure_hardware, rank_workloads
 
     rows = pd.read_json(args.rows, lines=True)
     rows = rows[rows["status"] == "ok"].reset_index(drop=True)
@@ -130,9 +131,11 @@ def judge(args) -> int:
         if k >= len(rows):
             continue
         preds, tests = [], []
-        for rep in range(args.repeats):
-            rng = np.random.default_rng(rep)
-            cal = rng.choice(len(rows), k, replace=False)
+        for rep in range(args.repeats if args.choose == "random" else 1):  # the model's choice is one draw
+            if args.choose == "random":
+                cal = np.random.default_rng(rep).choice(len(rows), k, replace=False)
+            else:  # the rows `costmodel calibrate --measure` would measure, had the pool been its candidates
+                cal = rank_workloads(inner, inputs.drop(columns=["harness"]), k).index.to_numpy()
             test = np.setdiff1d(np.arange(len(rows)), cal)
             fitted = model.calibrate(X.iloc[cal].reset_index(drop=True), y[cal], hardware=hw)
             preds.append(fitted.predict(X.iloc[test].reset_index(drop=True)))
@@ -141,7 +144,7 @@ def judge(args) -> int:
         results[f"k={k}"] = _scores(rows.iloc[test].reset_index(drop=True), y[test], np.concatenate(preds))
     keys = list(results["spec only"])
     where = f", {inside.mean():.2f} in domain" if inside is not None else ""
-    print(f"{args.model} on {len(rows)} measured rows of {hw}{where}")
+    print(f"{args.model} on {len(rows)} measured rows of {hw}{where}; calibration rows: {args.choose}")
     print("| scope | n | " + " | ".join(f"{name} MAPE / MedAPE" for name in results) + " |")
     print("|---|---|" + "---|" * len(results))
     for key in keys:
@@ -166,6 +169,12 @@ def main(argv=None) -> int:
     j.add_argument("--model", default="models:/costmodel-runtime@champion")
     j.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'outputs' / 'mlflow.db'}")
     j.add_argument("--repeats", type=int, default=3, help="random draws of the k calibration rows")
+    j.add_argument(
+        "--choose",
+        choices=("random", "model"),
+        default="random",
+        help="the k calibration rows: random draws, or those `costmodel calibrate --measure` would pick from the rows",
+    )
     args = ap.parse_args(argv)
     return {"pool": pool, "measure": measure, "judge": judge}[args.cmd](args)
 

@@ -350,7 +350,7 @@ def validate_many(op: str, rows: Sequence[Mapping[str, object]], dtypes: Sequenc
 
     if not isinstance(op, str) or op not in OPS:
         raise WorkloadError(f"unknown op {echo(op, 80)}; known ops: {', '.join(OPS)}")
-    for dtype in dict.fromkeys(dtypes):
+    for dtype in dtypes:
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise WorkloadError(f"unknown dtype {echo(dtype, 80)}; known dtypes: {', '.join(DTYPES)}")
     spec, n = OPS[op], len(rows)

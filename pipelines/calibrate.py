@@ -317,13 +317,21 @@ def choose_sweep(inner, hardware: str, budget: int, dtypes=CANDIDATE_DTYPES, see
     """``budget`` workloads where the model is least sure on ``hardware``: candidates ranked by interval width
     (log hi/lo, which grows with the domain distance), taken round-robin over (op family, dtype) so every kind of
     kernel is measured. The hardware must be in the served model's registry or conf/hardware."""
-    from data.workloads import family
-    from features.tabular import FeatureError
     from models.physics import MIN_CALIBRATION_ROWS
 
     if budget < MIN_CALIBRATION_ROWS:
         raise CalibrationError(f"--budget {budget}: calibrate needs at least {MIN_CALIBRATION_ROWS} rows")
-    pool = candidates(ensure_hardware(inner, hardware), dtypes, seed)
+    return rank_workloads(inner, candidates(ensure_hardware(inner, hardware), dtypes, seed), budget).reset_index(
+        drop=True
+    )
+
+
+def rank_workloads(inner, pool: pd.DataFrame, budget: int) -> pd.DataFrame:
+    """The ``budget`` rows of ``pool`` (predict's columns, one hardware) that :func:`choose_sweep` takes, in its order;
+    the pool's index is kept (``benchmarks/gpu_holdout.py`` ranks measured rows with it)."""
+    from data.workloads import family
+    from features.tabular import FeatureError
+
     try:
         dom = inner.model.predict_domain(inner.encoder.transform(pool))
     except FeatureError as exc:
@@ -337,7 +345,7 @@ def choose_sweep(inner, hardware: str, budget: int, dtypes=CANDIDATE_DTYPES, see
     pool["_rank"] = pool.groupby("_group").cumcount()
     chosen = pool.sort_values(["_rank", "_width"], ascending=[True, False], kind="stable").head(budget)
     keep = [c for c in chosen.columns if not c.startswith("_") and chosen[c].notna().any()]
-    return chosen[keep].reset_index(drop=True)
+    return chosen[keep]
 
 
 def measure_sweep(
