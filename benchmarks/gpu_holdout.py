@@ -16,7 +16,8 @@ it is measured, so a run cut off keeps what it measured, and a rerun skips the w
 graph's replay or a stream of calls: ``features.physics.HARNESSES``), from the spec sheet alone (the rows' GPU must
 be in ``conf/hardware``), then ``calibrate`` on k = 10, 30, 100 random rows of it (``--repeats`` draws), scored on the
 rest; ``--choose model``: on the k rows ``costmodel calibrate --measure`` would choose from them
-(``pipelines.calibrate.rank_workloads``; the pool is its candidate sweep, so these are the rows it would measure). Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
+(``pipelines.calibrate.rank_workloads``; the pool is its candidate sweep, so these are the rows it would measure).
+Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
 """
 
 from __future__ import annotations

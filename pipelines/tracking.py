@@ -301,13 +301,8 @@ def log_run(
             metrics.update(more)
             for f in paths:
                 mlflow.log_artifact(str(f), artifact_path="eval")
-        stamp = int(time.time() * 1000)
-        batch = [
-            mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0) for k, v in metrics.items() if v is not None
-        ]
-        for i in range(0, len(batch), 900):  # MLflow's batch limit is 1000 metrics
-            mlflow.MlflowClient().log_batch(run.info.run_id, metrics=batch[i : i + 900])
         if served is None:
+            _log_batch(run.info.run_id, metrics)
             return Logged(run.info.run_id)
         artifacts = write_artifacts(tmp / "pyfunc", served.model, served.registry, served.meta)
         info = mlflow.pyfunc.log_model(
@@ -319,19 +314,27 @@ def log_run(
             input_example=served.input_example,
             pip_requirements=pip_requirements(),
         )
+        # the metrics after the model, linked to it as they are logged: logged before it, MLflow would link them by
+        # reading each one's history back (one request per metric: ~10 s of a tiny job on a tracking server)
+        _log_batch(run.info.run_id, metrics, model_id=info.model_id)
         mlflow.set_tag("model_uri", info.model_uri)
         return Logged(run.info.run_id, f"runs:/{run.info.run_id}/model" if info.model_uri is None else info.model_uri)
 
 
+def _log_batch(run_id: str, metrics: dict[str, float], model_id: str | None = None) -> None:
+    stamp = int(time.time() * 1000)
+    batch = [
+        mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0, model_id=model_id)
+        for k, v in metrics.items()
+        if v is not None
+    ]
+    for i in range(0, len(batch), 900):  # MLflow's batch limit is 1000 metrics
+        mlflow.MlflowClient().log_batch(run_id, metrics=batch[i : i + 900])
+
+
 def log_metrics(run_id: str, metrics: dict[str, float]) -> None:
     """Add metrics to a finished run (e.g. a sweep's objective, known once every model is scored)."""
-    stamp = int(time.time() * 1000)
-    mlflow.MlflowClient().log_batch(
-        run_id,
-        metrics=[
-            mlflow.entities.Metric(_metric_key(k), float(v), stamp, 0) for k, v in metrics.items() if v is not None
-        ],
-    )
+    _log_batch(run_id, metrics)
 
 
 def split_identity(name: str, seed: int, test_size: float, dataset_digest: str, heldout_shape_ids) -> dict[str, str]:
