@@ -15,8 +15,8 @@ correction out of fold as metrics ``calibrate/<hardware>/<metric>``, the served 
 added to its hardware registry) and registers it as a new version of the SAME registered model; its tags record
 the hardware, the number of rows, the rows' sha256, the parent version and model URI. The alias moves only with
 ``promote``. ``--measure`` (:func:`choose_sweep`, :func:`measure_sweep`) measures the sweep the model chooses on
-this machine's GPU (``data.backends.cuda``): among candidate shapes of the usual ops and dtypes, those whose
-interval is widest (largest domain distance), spread round-robin over op family and dtype.
+this machine's GPU (``data.backends.cuda``): among candidate shapes of the usual ops and dtypes, a design that covers
+each op family and dtype (round-robin) over its range of predicted runtimes (:func:`rank_workloads`).
 
 Bad input raises :class:`CalibrationError` (one line): no ``runtime_ms``, fewer than
 ``models.physics.MIN_CALIBRATION_ROWS`` rows, a non-positive or non-numeric runtime, unknown hardware, rows of
@@ -314,9 +314,9 @@ def candidates(hardware: str, dtypes=CANDIDATE_DTYPES, seed: int = 0) -> pd.Data
 
 
 def choose_sweep(inner, hardware: str, budget: int, dtypes=CANDIDATE_DTYPES, seed: int = 0) -> pd.DataFrame:
-    """``budget`` workloads where the model is least sure on ``hardware``: candidates ranked by interval width
-    (log hi/lo, which grows with the domain distance), taken round-robin over (op family, dtype) so every kind of
-    kernel is measured. The hardware must be in the served model's registry or conf/hardware."""
+    """``budget`` workloads that cover what the model will be asked on ``hardware``: every (op family, dtype) in turn,
+    and inside each the whole range of its predicted runtimes (:func:`rank_workloads`). The hardware must be in the
+    served model's registry or conf/hardware."""
     from models.physics import MIN_CALIBRATION_ROWS
 
     if budget < MIN_CALIBRATION_ROWS:
@@ -326,9 +326,32 @@ def choose_sweep(inner, hardware: str, budget: int, dtypes=CANDIDATE_DTYPES, see
     )
 
 
+def _spread(n: int) -> np.ndarray:
+    """A permutation of ``range(n)`` whose every prefix is spread over it: the positions of the van der Corput
+    sequence 1/2, 1/4, 3/4, 1/8, 5/8, ... (the median first, then the quartiles, the octiles, ...)."""
+    order, seen, j = [], set(), 1
+    while len(order) < n:
+        u, f, k = 0.0, 0.5, j
+        while k:
+            u, f, k = u + f * (k & 1), f / 2, k >> 1
+        i = int(u * n)
+        if i not in seen:
+            seen.add(i)
+            order.append(i)
+        j += 1
+    return np.array(order, int)
+
+
 def rank_workloads(inner, pool: pd.DataFrame, budget: int) -> pd.DataFrame:
     """The ``budget`` rows of ``pool`` (predict's columns, one hardware) that :func:`choose_sweep` takes, in its order;
-    the pool's index is kept (``benchmarks/gpu_holdout.py`` ranks measured rows with it)."""
+    the pool's index is kept (``benchmarks/gpu_holdout.py`` ranks measured rows with it).
+
+    A design that covers the pool, not the rows the model is least sure of: the (op family, dtype) groups are taken
+    round-robin (the least sure group first on each round, by its median interval width), and inside a group the
+    rows sorted by predicted runtime in :func:`_spread`'s order (median, quartiles, octiles, ...). Measured on the 2 160
+    real H100 rows (``benchmarks/gpu_holdout.py judge --choose model``), the widest intervals first made
+    calibration worse than no calibration (27.4% MAPE from the spec sheet; 49.8 / 57.1% at k = 10 / 100): those
+    are the extremes of each group, whose errors say little about the rest."""
     from data.workloads import family
     from features.tabular import FeatureError
 
@@ -338,12 +361,17 @@ def rank_workloads(inner, pool: pd.DataFrame, budget: int) -> pd.DataFrame:
         raise CalibrationError(str(exc)) from None
     pool = pool.assign(
         _width=np.log(dom["hi_ms"] / dom["lo_ms"]).to_numpy(),
-        _dist=dom["domain_distance"].to_numpy(),
+        _t=dom["runtime_ms"].to_numpy(float),
         _group=[f"{family(o)}/{d}" for o, d in zip(pool["op"], pool["dtype"])],
     )
-    pool = pool.sort_values(["_width", "_dist"], ascending=False, kind="stable")
-    pool["_rank"] = pool.groupby("_group").cumcount()
-    chosen = pool.sort_values(["_rank", "_width"], ascending=[True, False], kind="stable").head(budget)
+    pool = pool.sort_values(["_group", "_t"], kind="stable")
+    pool["_rank"] = 0
+    for _, idx in pool.groupby("_group", sort=False).indices.items():
+        rank = np.empty(len(idx), int)
+        rank[_spread(len(idx))] = np.arange(len(idx))
+        pool.iloc[idx, pool.columns.get_loc("_rank")] = rank
+    pool["_gwidth"] = pool.groupby("_group")["_width"].transform("median")
+    chosen = pool.sort_values(["_rank", "_gwidth", "_group"], ascending=[True, False, True], kind="stable").head(budget)
     keep = [c for c in chosen.columns if not c.startswith("_") and chosen[c].notna().any()]
     return chosen[keep]
 

@@ -530,7 +530,8 @@ def _add_calibrate(sub) -> None:
     p.add_argument(
         "--measure",
         action="store_true",
-        help="measure here with the cuda backend the workloads the model is least sure of, then calibrate",
+        help="measure here with the cuda backend a sweep the model chooses (each op family and dtype over its "
+        "range of runtimes), then calibrate",
     )
     p.add_argument("--hardware", help="--measure: the GPU on this machine (a conf/hardware id)")
     p.add_argument("--budget", type=int, help="--measure: how many workloads to measure (default 60)")

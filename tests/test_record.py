@@ -301,9 +301,17 @@ def test_calibrate_needs_a_registered_model_and_a_gpu_to_measure(held_out_store,
 
 @pytest.mark.slow
 def test_calibrate_measures_the_sweep_the_model_chooses_on_a_fake_gpu(held_out_store, monkeypatch, registry):
-    """--measure's path on a fake H100 (tests/fake_cuda.py): the model picks where it is least sure, the cuda
-    backend measures, the new version predicts that GPU from what it measured."""
-    from pipelines.calibrate import calibrate_registered, candidates, choose_sweep, load_served, measure_sweep
+    """--measure's path on a fake H100 (tests/fake_cuda.py): the model picks a sweep that covers each kind of kernel
+    over its range of runtimes, the cuda backend measures, the new version predicts that GPU from what it measured."""
+    from data.workloads import family
+    from pipelines.calibrate import (
+        calibrate_registered,
+        candidates,
+        choose_sweep,
+        load_served,
+        measure_sweep,
+        rank_workloads,
+    )
     from tests import fake_cuda
     from tests.fake_nvml import FakeGpu
 
@@ -312,13 +320,23 @@ def test_calibrate_measures_the_sweep_the_model_chooses_on_a_fake_gpu(held_out_s
     served = load_served(MODEL)
     inner = served[2]
     sweep = choose_sweep(inner, "H100-SXM", budget=8)
-    assert len(sweep) == 8 and sweep["op"].nunique() >= 3  # spread over kinds of kernel
+    groups = lambda frame: [f"{family(o)}/{d}" for o, d in zip(frame["op"], frame["dtype"])]
+    assert len(sweep) == 8 and len(set(groups(sweep))) == 8  # one (op family, dtype) each
 
-    def widths(frame):
-        dom = inner.model.predict_domain(inner.encoder.transform(frame))
-        return np.log(dom["hi_ms"] / dom["lo_ms"]).to_numpy()
-
-    assert np.median(widths(sweep)) > np.median(widths(candidates("H100-SXM")))  # where it is least sure
+    # the design: each group's median runtime first, then its quartiles (not its extremes, the least sure rows)
+    pool = candidates("H100-SXM")
+    predicted = inner.model.predict_domain(inner.encoder.transform(pool))["runtime_ms"].to_numpy(float)
+    pool = pool.assign(_t=predicted, _g=groups(pool))
+    n_groups = pool["_g"].nunique()
+    first = pool.loc[rank_workloads(inner, pool.drop(columns=["_t", "_g"]), n_groups).index]
+    for g, row in first.set_index("_g").iterrows():
+        times = np.sort(pool.loc[pool["_g"] == g, "_t"].to_numpy())
+        assert row["_t"] == times[len(times) // 2], g
+    three = pool.loc[rank_workloads(inner, pool.drop(columns=["_t", "_g"]), 3 * n_groups).index]
+    assert three["_g"].value_counts().eq(3).all()
+    for g, got in three.groupby("_g")["_t"]:
+        times = pool.loc[pool["_g"] == g, "_t"]
+        assert got.min() <= times.quantile(0.3) and got.max() >= times.quantile(0.7), g
 
     gpu = FakeGpu(busy_power_w=650.0, idle_power_w=70.0, name="NVIDIA H100 80GB HBM3", power_limit_w=700.0)
     with fake_cuda.installed(monkeypatch, fake_cuda.FakeCudaDevice.from_spec(registry.get("H100-SXM"), gpu)):
