@@ -162,7 +162,9 @@ def test_the_40960_cube_moves_with_the_physics_and_is_flagged(tiny_run):
 
 
 @pytest.mark.slow
-def test_rows_the_physics_cannot_cost_get_one_error_line(tiny_run, tmp_path):
+def test_rows_the_physics_cannot_cost_get_one_error_line(tiny_run, tmp_path, capsys):
+    """In process (``pipelines.cli.main``: the exit status and stderr a shell sees; the CLI's own process is tested in
+    tests/test_cli.py)."""
     for row, msg in [
         ({"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "float32", "hardware": "xcvu13p"}, "fpga"),
         ({"op": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "fixed", "hardware": "T4"}, "fixed"),
@@ -170,9 +172,9 @@ def test_rows_the_physics_cannot_cost_get_one_error_line(tiny_run, tmp_path):
     ]:
         src = tmp_path / "bad.csv"
         pd.DataFrame([row]).to_csv(src, index=False)
-        proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--tracking-uri", tiny_run["uri"])
-        err = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("costmodel: error:") and msg in err[0], err
+        rc, _, err = _cli(capsys, "predict", "--model", MODEL, "--input", str(src), "--tracking-uri", tiny_run["uri"])
+        err = err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and err[0].startswith("costmodel: error:") and msg in err[0], err
 
 
 # --------------------------------------------------------------------------- costmodel calibrate
