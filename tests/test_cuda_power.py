@@ -311,8 +311,9 @@ def test_cuda_backend_graphs_short_kernels_on_a_fake_gpu(fake_h100, registry):
     assert row["runtime_ms"] == pytest.approx(truth_ms, rel=0.05) and row["power_w"] is None
     env = json.loads(row["env"])
     assert env["eager_estimate_us"] > 3 * truth_ms * 1e3  # eager launches starve the device
-    # the graph is sized from its own replay (~graph_min_ms = 1 ms of device time), not from the host-bound estimate
-    assert env["calls_per_launch"] * row["runtime_ms"] > 0.9
+    # the graph is sized from its own replay (graph_min_ms = 1 ms of device time, resized until within 1.5x of it), not
+    # from the host-bound eager estimate (that gave 2-10 calls here: 0.004-0.02 ms)
+    assert env["calls_per_launch"] * row["runtime_ms"] > 1.0 / 1.5 * 0.95
 
 
 def test_out_of_memory_on_a_fake_gpu_is_an_error_row_and_the_device_recovers(fake_h100, registry):
