@@ -357,7 +357,8 @@ def validate_many(op: str, rows: Sequence[Mapping[str, object]], dtypes: Sequenc
     raw = {}
     for name in spec.names:
         raw[name] = np.empty(n, object)
-        raw[name][:] = [r.get(name) for r in rows]
+        for i, r in enumerate(rows):  # cell by cell: a value that is itself a sequence stays one (bad) cell
+            raw[name][i] = r.get(name)
     values, problems = shape_problems(op, raw, n, dtypes=np.array(list(dtypes), object))
     found = first_problem(problems)
     if found is not None:

@@ -94,14 +94,12 @@ def finish(
         (op, tuple((p, None if pd.isna(row[p]) else row[p]) for p in OPS[op].names), dt)
         for op, dt, row in zip(df["op"], df["dtype"], shapes)
     ]
-    distinct = list(dict.fromkeys(keys))
     by_op: dict[str, list] = {}
-    for k in distinct:
+    for k in dict.fromkeys(keys):
         by_op.setdefault(k[0], []).append(k)
     shape = {}  # validated, defaults dropped: one vectorised shape check per op
     for op, ks in by_op.items():
         shape.update(zip(ks, validate_many(op, [dict(k[1]) for k in ks], [k[2] for k in ks]), strict=True))
-    shape = {k: shape[k] for k in distinct}
     # the closed forms of data.costs, one numpy pass per op: equal to count_cost's FlopCounterMode counts (tested per
     # op in tests/test_costs.py), which took 74 of a NeuSight import's 110 s row by row
     names = sorted({n for k in shape for n in OPS[k[0]].names})
