@@ -329,17 +329,13 @@ def choose_sweep(inner, hardware: str, budget: int, dtypes=CANDIDATE_DTYPES, see
 def _spread(n: int) -> np.ndarray:
     """A permutation of ``range(n)`` whose every prefix is spread over it: the positions of the van der Corput
     sequence 1/2, 1/4, 3/4, 1/8, 5/8, ... (the median first, then the quartiles, the octiles, ...)."""
-    order, seen, j = [], set(), 1
-    while len(order) < n:
-        u, f, k = 0.0, 0.5, j
-        while k:
-            u, f, k = u + f * (k & 1), f / 2, k >> 1
-        i = int(u * n)
-        if i not in seen:
-            seen.add(i)
-            order.append(i)
-        j += 1
-    return np.array(order, int)
+    from scipy.stats import qmc
+
+    vdc = qmc.Halton(d=1, scramble=False)  # base 2 in one dimension: van der Corput, from 0
+    vdc.fast_forward(1)
+    # its first 2m - 1 points after 0 are every multiple of 1 / 2m, finer than 1 / n: each position is hit
+    points = vdc.random(2 * 2 ** max(0, (n - 1).bit_length()) - 1)[:, 0]
+    return pd.unique((points * n).astype(int))
 
 
 def rank_workloads(inner, pool: pd.DataFrame, budget: int) -> pd.DataFrame:
