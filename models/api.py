@@ -10,17 +10,17 @@ Whole-network models load the same way; their rows are networks (``mlir`` module
     >>> net = load_cost_model("models:/costmodel-network-runtime@champion")
     >>> net.predict({"mlir": open("net.mlir").read(), "hardware": "cpu-amd-epyc-1t"})
 
-A thin layer over ``mlflow.pyfunc.load_model`` (which gives the same numbers): it accepts records as
-well as a DataFrame and exposes the interval level. Bad workloads raise ``ValueError`` with the
-model's one-line message. Reading never creates a store: a ``tracking_uri`` naming a sqlite file that does not
-exist is a ``ValueError`` (:func:`existing_store`), where MLflow would create an empty database there.
-model's one-line message. A model with a domain of validity (``has_domain``, e.g. the physics model) adds
-``in_domain`` (bool), ``domain_distance`` (0 inside) and ``domain_reason`` per row: outside, the interval is
-widened with the distance (``models.domain``).
+A thin layer over ``mlflow.pyfunc.load_model`` (which gives the same numbers; :func:`load_pyfunc`): it accepts
+records as well as a DataFrame and exposes the interval level. Bad workloads raise ``ValueError`` with the model's
+one-line message. Reading never creates a store: a ``tracking_uri`` naming a sqlite file that does not exist is a
+``ValueError`` (:func:`existing_store`), where MLflow would create an empty database there. A model with a domain of
+validity (``has_domain``, e.g. the physics model) adds ``in_domain`` (bool), ``domain_distance`` (0 inside) and
+``domain_reason`` per row: outside, the interval is widened with the distance (``models.domain``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -52,6 +52,59 @@ def existing_store(uri: str) -> str:
         if not folder.is_dir():
             raise ValueError(f"no MLflow store at {str(folder)[:160]} (folder not found)")
     return uri
+
+
+logger = logging.getLogger("costmodel")
+
+
+def requirement_mismatches(model_dir: str | Path) -> list[str]:
+    """The pinned requirements of a logged model (its ``requirements.txt``) that this environment does not satisfy,
+    one ``"<requirement> (installed: <version or none>)"`` each.
+
+    What MLflow's own load-time check reports, at a fraction of its cost: MLflow maps every installed distribution
+    to its modules first (``packages_distributions``, 2-4 s per process on this project's environment, most of a
+    ``costmodel predict``'s model load), where a pinned requirement needs only its own distribution's version."""
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    path = Path(model_dir) / "requirements.txt"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:  # a path or URL: not checkable by name
+            continue
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            out.append(f"{line} (installed: none)")
+            continue
+        if req.specifier and not req.specifier.contains(have, prereleases=True):
+            out.append(f"{line} (installed: {have})")
+    return out
+
+
+def load_pyfunc(uri: str):
+    """``mlflow.pyfunc.load_model(uri)`` with :func:`requirement_mismatches` in place of MLflow's slower check:
+    a mismatch is one warning on the ``costmodel`` logger. MLflow's errors propagate."""
+    import mlflow
+
+    local = mlflow.artifacts.download_artifacts(artifact_uri=uri)  # a local folder stays where it is
+    model = mlflow.pyfunc.load_model(local, suppress_warnings=True)
+    mismatched = requirement_mismatches(local)
+    if mismatched:
+        logger.warning(
+            "model %s was logged with requirements this environment does not meet: %s", uri, "; ".join(mismatched)
+        )
+    return model
 
 
 class CostModelClient:
@@ -112,4 +165,4 @@ def load_cost_model(uri: str, tracking_uri: str | None = None) -> CostModelClien
         existing_store(tracking_uri)
         mlflow.set_tracking_uri(tracking_uri)
         mlflow.set_registry_uri(tracking_uri)
-    return CostModelClient(mlflow.pyfunc.load_model(uri), uri)
+    return CostModelClient(load_pyfunc(uri), uri)

@@ -11,7 +11,7 @@ and their total.
     res.total       # {"runtime_ms", "runtime_ms_lo", "runtime_ms_hi", (power_w, energy_j + ends), "execution", ...}
     res.unmapped    # [(aten op, count), ...] not costed (also warned about in one line)
 
-``model`` is a model URI (``models:/name@alias``, ``runs:/...``; loaded with ``mlflow.pyfunc.load_model``) or an
+``model`` is a model URI (``models:/name@alias``, ``runs:/...``; loaded with ``models.api.load_pyfunc``) or an
 object with ``predict(DataFrame)`` (a loaded pyfunc). The kernels' predictions compose into the network's figures
 by ``execution`` (``models.compose``: ``eager`` = PyTorch's default, ``cuda_graph``, ``compiled``; constants in
 ``conf/execution.yaml``): runtime = launch + per-kernel steps (launch-bound kernels cost their host dispatch in
@@ -49,11 +49,12 @@ class NetworkPrediction:
 
 def _load(model):
     if isinstance(model, str):
-        import mlflow.pyfunc
         from mlflow.exceptions import MlflowException
 
+        from models.api import load_pyfunc
+
         try:
-            return mlflow.pyfunc.load_model(model)
+            return load_pyfunc(model)
         except (MlflowException, OSError) as exc:
             raise FeatureError(f"cannot load model {model!r}: {str(exc).strip().splitlines()[0]}") from None
     if not hasattr(model, "predict"):

@@ -109,15 +109,16 @@ def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
 
 def load_served(uri: str):
     """The registered version behind ``uri`` and its served python model (``models.pyfunc.CostModelPyfunc``)."""
-    import mlflow
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
+
+    from models.api import load_pyfunc
 
     name, alias, version = parse_model_uri(uri)
     client = MlflowClient()
     try:
         mv = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
-        inner = mlflow.pyfunc.load_model(f"models:/{name}/{mv.version}").unwrap_python_model()
+        inner = load_pyfunc(f"models:/{name}/{mv.version}").unwrap_python_model()
     except (MlflowException, OSError) as exc:
         raise CalibrationError(f"cannot load model {uri!r}: {str(exc).strip().splitlines()[0]}") from None
     if not hasattr(inner, "model") or not callable(getattr(inner.model, "calibrate", None)):

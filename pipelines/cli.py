@@ -122,12 +122,13 @@ def _set_uri(arg: str | None, model: str | None = None) -> str | None:
 
 def _load_model(args):
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    import mlflow
     from mlflow.exceptions import MlflowException
+
+    from models.api import load_pyfunc
 
     _set_uri(args.tracking_uri, args.model)
     try:
-        return mlflow.pyfunc.load_model(args.model)
+        return load_pyfunc(args.model)
     except (MlflowException, OSError) as exc:
         raise CliError(f"cannot load model {_echo(args.model)}: {_first_line(exc)}") from None
 

@@ -49,6 +49,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from models.api import load_pyfunc
 from models.base import CostModel
 from models.evaluate import regression_metrics
 
@@ -386,7 +387,7 @@ def _load_champion(uri: str):
             raise ChampionUnusable(f"cannot be loaded, its files are gone ({_line(exc)})") from exc
         raise
     try:
-        return mlflow.pyfunc.load_model(local)
+        return load_pyfunc(local)
     except MemoryError:
         raise
     except Exception as exc:  # its code or format cannot be loaded by this version of the project

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from models.api import load_cost_model
+from models.api import load_cost_model, load_pyfunc, requirement_mismatches
 from tests.conftest import run_cli
 from tests.servers import post_json, predict_isolated, serve_costmodel, serve_model
 
@@ -87,6 +87,37 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     inside = (held["runtime_ms"] >= served["runtime_ms_lo"]) & (held["runtime_ms"] <= served["runtime_ms_hi"])
     assert m["test/all/coverage90"] == pytest.approx(float(inside.mean()))
     assert float(champion["version"].tags["test_coverage90"]) == pytest.approx(m["test/all/coverage90"], rel=1e-5)
+
+
+def test_requirement_mismatches_are_one_warning_and_the_model_still_loads(champion, tmp_path, caplog):
+    """The load-time check of the model's pinned requirements (``models.api.requirement_mismatches``, in place of
+    MLflow's slower one): the environment that logged the champion meets them; a copy whose requirements pin what
+    is not installed loads with one warning naming each unmet one, and predicts the same."""
+    import logging
+    import shutil
+
+    mlflow.set_tracking_uri(champion["uri"])
+    mlflow.set_registry_uri(champion["uri"])
+    local = Path(mlflow.artifacts.download_artifacts(MODEL))
+    assert (local / "requirements.txt").is_file() and requirement_mismatches(local) == []
+    copy = tmp_path / "model"
+    shutil.copytree(local, copy)
+    reqs = (copy / "requirements.txt").read_text()
+    (copy / "requirements.txt").write_text(
+        reqs.rstrip("\n")
+        + "\nnumpy==0.0.1\nno-such-package-here==1.0\npandas; python_version < '3'\n./local/wheel.whl\n"
+    )
+    assert requirement_mismatches(copy) == [
+        f"numpy==0.0.1 (installed: {np.__version__})",
+        "no-such-package-here==1.0 (installed: none)",
+    ]
+    with caplog.at_level(logging.WARNING, logger="costmodel"):
+        model = load_pyfunc(str(copy))
+    warned = [r.getMessage() for r in caplog.records if r.name == "costmodel"]
+    assert len(warned) == 1 and "numpy==0.0.1" in warned[0] and "no-such-package-here" in warned[0]
+    pd.testing.assert_frame_equal(
+        model.predict(pd.DataFrame(WORKLOADS)), load_pyfunc(str(local)).predict(pd.DataFrame(WORKLOADS))
+    )
 
 
 def test_model_loads_where_the_project_is_not_installed(champion, api_preds, tmp_path):
