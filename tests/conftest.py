@@ -110,6 +110,17 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
     )
 
 
+def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """``costmodel <args>`` through ``pipelines.cli.main`` in this process: ``(exit status, stdout, stderr)``. For the
+    many error-line cases (each a process of ~10 s of imports and model loading otherwise); :func:`run_cli` keeps
+    the process itself tested (exit status, stdin, stdout)."""
+    from pipelines.cli import main
+
+    rc = main(list(args))
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, worker_id) -> dict:
     """The real entry point (``python -m pipelines.run``) at a tiny size against a temp sqlite store: run once for

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli_in_process, run_cli
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,14 +67,16 @@ def test_predict_csv_to_stdout_and_jsonl_file(tiny_run, tmp_path):
         ("op,hardware,m,n,k\n", "holds no workloads"),
     ],
 )
-def test_bad_input_gives_one_error_line(tiny_run, tmp_path, content, msg):
+def test_bad_input_gives_one_error_line(tiny_run, tmp_path, capsys, content, msg):
     src = tmp_path / "bad.csv"
     src.write_text(content)
-    proc = run_cli("predict", "--model", MODEL, "--input", str(src), "--tracking-uri", tiny_run["uri"])
-    assert proc.returncode == 2
-    err = proc.stderr.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("costmodel: error:") and msg in err[0], proc.stderr
-    assert proc.stdout == ""
+    rc, out, stderr = cli_in_process(
+        capsys, "predict", "--model", MODEL, "--input", str(src), "--tracking-uri", tiny_run["uri"]
+    )
+    assert rc == 2
+    err = stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("costmodel: error:") and msg in err[0], stderr
+    assert out == ""
 
 
 def test_missing_file_and_unknown_model(tiny_run, tmp_path):
@@ -217,15 +219,16 @@ def test_predict_outside_the_project_leaves_no_stray_store(tiny_run, tmp_path):
         ("long_op.csv", ("op,hardware,m,n\n" + "x" * 5_000_000 + ",T4,8,8\n").encode(), "unknown op"),
     ],
 )
-def test_issue_inputs_give_one_short_line(tiny_run, tmp_path, name, content, msg):
+def test_issue_inputs_give_one_short_line(tiny_run, tmp_path, capsys, name, content, msg):
     src = tmp_path / name
     src.write_bytes(content)
     extra = ["--hardware", "T4"] if name.endswith(".mlir") else []
-    proc = run_cli("predict", "--model", MODEL, "--input", str(src), *extra, "--tracking-uri", tiny_run["uri"])
-    err = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(err) == 1 and msg in err[0], proc.stderr[-2000:]
-    assert err[0].startswith("costmodel: error: ") and len(err[0]) < 700 and "Traceback" not in proc.stderr
+    args = ("predict", "--model", MODEL, "--input", str(src), *extra, "--tracking-uri", tiny_run["uri"])
+    rc, _, stderr = cli_in_process(capsys, *args)
+    err = stderr.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and msg in err[0], stderr[-2000:]
+    assert err[0].startswith("costmodel: error: ") and len(err[0]) < 700 and "Traceback" not in stderr
     assert "Can not safely convert" not in err[0]
     if name.endswith(".mlir"):  # featurize reads through the same boundary
-        proc = run_cli("featurize", str(src), "--hardware", "T4")
-        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and msg in proc.stderr, proc.stderr[-2000:]
+        rc, _, stderr = cli_in_process(capsys, "featurize", str(src), "--hardware", "T4")
+        assert rc == 2 and stderr.count("\n") == 1 and msg in stderr, stderr[-2000:]

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from data.backends.reference import ReferenceBackend, select, training_summary
 from data.reference import load_reference
 from models.api import load_cost_model
-from tests.conftest import run_cli, run_entry
+from tests.conftest import cli_in_process, run_cli, run_entry
 
 MODEL = "models:/costmodel-runtime@champion"
 HELD_GPU = "V100-SXM2-16GB"  # DeepBench's V100: left out of the calibrate test's training, then calibrated on
@@ -172,7 +172,9 @@ def test_rows_the_physics_cannot_cost_get_one_error_line(tiny_run, tmp_path, cap
     ]:
         src = tmp_path / "bad.csv"
         pd.DataFrame([row]).to_csv(src, index=False)
-        rc, _, err = _cli(capsys, "predict", "--model", MODEL, "--input", str(src), "--tracking-uri", tiny_run["uri"])
+        rc, _, err = cli_in_process(
+            capsys, "predict", "--model", MODEL, "--input", str(src), "--tracking-uri", tiny_run["uri"]
+        )
         err = err.strip().splitlines()
         assert rc == 2 and len(err) == 1 and err[0].startswith("costmodel: error:") and msg in err[0], err
 
@@ -195,14 +197,6 @@ def held_out_store(tmp_path_factory):
     return {"out": out, "uri": f"sqlite:///{out / 'mlflow.db'}"}
 
 
-def _cli(capsys, *args):
-    from pipelines.cli import main
-
-    rc = main(list(args))
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
 @pytest.mark.slow
 def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, pack, tmp_path, capsys):
     uri = held_out_store["uri"]
@@ -219,7 +213,9 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     v1 = str(client.get_model_version_by_alias("costmodel-runtime", "champion").version)
     before = load_cost_model(f"models:/costmodel-runtime/{v1}", tracking_uri=uri)
-    rc, out, err = _cli(capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", uri)
+    rc, out, err = cli_in_process(
+        capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", uri
+    )
     assert rc == 0, err
     v2 = out.strip().removeprefix("models:/costmodel-runtime/")
     assert int(v2) == int(v1) + 1 and "calibrated on 40 rows of V100-SXM2-16GB" in err
@@ -250,7 +246,7 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
     pd.testing.assert_frame_equal(after.predict(others), before.predict(others))
 
     # --promote moves the alias to the new version; --method asks for one way
-    rc, out, err = _cli(
+    rc, out, err = cli_in_process(
         capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", uri, "--promote",
         "--method", "refit",
     )  # fmt: skip
@@ -278,7 +274,7 @@ def test_calibrate_bad_rows_give_one_error_line(held_out_store, pack, tmp_path, 
     change(gpu[["op", "hardware", "dtype", "m", "n", "k", "runtime_ms"]].reset_index(drop=True)).to_csv(
         src, index=False
     )
-    rc, out, err = _cli(
+    rc, out, err = cli_in_process(
         capsys, "calibrate", "--model", MODEL, "--measurements", str(src), "--tracking-uri", held_out_store["uri"]
     )
     lines = err.strip().splitlines()
@@ -296,7 +292,7 @@ def test_calibrate_needs_a_registered_model_and_a_gpu_to_measure(held_out_store,
         (("--model", MODEL, "--measure", "--hardware", "H100-SXM", "--budget", "3"), "at least 5"),
         (("--model", MODEL, "--measure", "--hardware", "H100-SXM"), "no CUDA device"),
     ]:
-        rc, out, err = _cli(capsys, "calibrate", *args, "--tracking-uri", uri)
+        rc, out, err = cli_in_process(capsys, "calibrate", *args, "--tracking-uri", uri)
         lines = err.strip().splitlines()
         assert rc == 2 and len(lines) == 1 and msg in lines[0], (args, err)
 

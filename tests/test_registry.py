@@ -1,10 +1,8 @@
 """Registry lifecycle: every run registers a version; @champion moves only if beaten on the same held-out rows.
-Also the tracking-server mode: a real ``mlflow server`` (sqlite database backend) used by the main job."""
+(The tracking-server mode, main jobs on a real ``mlflow server``: ``tests/test_concurrency.py``.)"""
 
 import re
 import shutil
-import subprocess
-import sys
 
 import mlflow
 import pandas as pd
@@ -15,12 +13,10 @@ from mlflow.tracking import MlflowClient
 from data.schema import dataset_hash
 from data.store import read_dataset
 from data.workloads import SHAPE_PARAMS
-from models.api import load_cost_model
 from models.evaluate import regression_metrics
 from models.splits import SPLITS
 from pipelines import tracking
-from tests.conftest import ROOT, run_cli
-from tests.servers import tracking_server
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
 NAME = "lifecycle-test"
@@ -122,43 +118,6 @@ def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
     assert d4.promoted == (metrics1["mape"] < champ_mape)
     expected = d4.version if d4.promoted else d2.version
     assert client.get_model_version_by_alias(NAME, "champion").version == expected
-
-
-def test_tracking_server_train_register_serve(tmp_path):
-    """Real ``mlflow server`` with a sqlite database backend and proxied artifacts, used by the main job."""
-    with tracking_server(tmp_path, workers=1) as base:
-        out = tmp_path / "run"
-        job = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pipelines.run",
-                "debug=tiny",
-                "model=[xgb]",  # one model: the server path is the same for each (the tiny job's three: 2x the time)
-                f"mlflow.tracking_uri={base}",
-                f"paths.output_dir={out}",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=600,
-        )
-        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-        assert not (out / "mlflow.db").exists()  # nothing went to the embedded store
-        assert any((tmp_path / "art").rglob("MLmodel"))  # the model's files went through the server
-
-        # list and predict @champion from the server (in process: the CLI paths are covered on sqlite)
-        mlflow.set_tracking_uri(base)
-        mlflow.set_registry_uri(base)
-        versions = tracking.list_versions("costmodel-runtime")
-        assert versions["aliases"].tolist() == ["champion"] and versions["split"].iloc[0].startswith("held_out_shapes/")
-        workloads = pd.DataFrame(
-            [{"op": "matmul", "hardware": "T4", "dtype": "float16", "m": 1024, "n": 1024, "k": 1024}]
-        )
-        api = load_cost_model("models:/costmodel-runtime@champion", tracking_uri=base).predict(workloads)
-        plain = mlflow.pyfunc.load_model("models:/costmodel-runtime@champion").predict(workloads)
-        pd.testing.assert_frame_equal(api, plain)
-        assert api.loc[0, "runtime_ms_lo"] < api.loc[0, "runtime_ms"] < api.loc[0, "runtime_ms_hi"]
 
 
 # --- the champion rule's errors: only an unusable champion loses without a comparison -------------------------------
