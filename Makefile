@@ -19,7 +19,7 @@ run: $(VENV)/.installed
 # The suite on every core (pytest-xdist); PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= auto
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(PYTEST_WORKERS) $(ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(ARGS)
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow" $(ARGS)

@@ -182,7 +182,8 @@ def test_rows_the_physics_cannot_cost_get_one_error_line(tiny_run, tmp_path, cap
 # --------------------------------------------------------------------------- costmodel calibrate
 @pytest.fixture(scope="module")
 def held_out_store(tmp_path_factory):
-    """A tiny main job whose training leaves one GPU out (the physics model only, no MLIR: seconds)."""
+    """A tiny main job whose training leaves one GPU out (the physics model only, no MLIR, no eval splits: what
+    calibrate reads is the registered model)."""
     out = tmp_path_factory.mktemp("calibrate")
     proc = run_entry(
         "pipelines.run",
@@ -190,6 +191,7 @@ def held_out_store(tmp_path_factory):
         f"collect.backend.reference.exclude_hardware=[{HELD_GPU}]",
         "model=[physics]",
         "features.mlir.enabled=false",
+        "eval_splits=[]",
         out=out,
         timeout=600,
     )
@@ -198,6 +200,7 @@ def held_out_store(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("held_out_store")  # its module fixture runs once, on one worker
 def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, pack, tmp_path, capsys):
     uri = held_out_store["uri"]
     rows = pd.read_parquet(next((held_out_store["out"] / "datasets").glob("*.parquet")))
@@ -268,6 +271,7 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
         (lambda d: d.assign(hardware=["T4"] * 3 + [HELD_GPU] * (len(d) - 3)), "measurements of 2 hardware"),
     ],
 )
+@pytest.mark.xdist_group("held_out_store")  # its module fixture runs once, on one worker
 def test_calibrate_bad_rows_give_one_error_line(held_out_store, pack, tmp_path, capsys, change, msg):
     gpu = pack[pack["hardware"] == HELD_GPU].head(12)
     src = tmp_path / "bad.csv"
@@ -284,6 +288,7 @@ def test_calibrate_bad_rows_give_one_error_line(held_out_store, pack, tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("held_out_store")  # its module fixture runs once, on one worker
 def test_calibrate_needs_a_registered_model_and_a_gpu_to_measure(held_out_store, capsys):
     uri = held_out_store["uri"]
     for args, msg in [
@@ -298,6 +303,7 @@ def test_calibrate_needs_a_registered_model_and_a_gpu_to_measure(held_out_store,
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("held_out_store")  # its module fixture runs once, on one worker
 def test_calibrate_measures_the_sweep_the_model_chooses_on_a_fake_gpu(held_out_store, monkeypatch, registry):
     """--measure's path on a fake H100 (tests/fake_cuda.py): the model picks a sweep that covers each kind of kernel
     over its range of runtimes, the cuda backend measures, the new version predicts that GPU from what it measured."""
