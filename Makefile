@@ -16,10 +16,11 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 run: $(VENV)/.installed
 	$(PY) -m pipelines.run $(ARGS)
 
-# The suite on every core (pytest-xdist); PYTEST_WORKERS=0 runs it in one process.
+# The suite on every core (pytest-xdist), a test file on one worker (its module fixtures, some a tiny main job,
+# run once: the per-test load scheduling ran them once per worker); PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= auto
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(ARGS)
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow" $(ARGS)

@@ -110,7 +110,6 @@ def sqlite_jobs(tmp_path_factory):
     return out, results
 
 
-@pytest.mark.xdist_group("sqlite_jobs")  # its module fixture runs once, on one worker
 def test_jobs_started_together_share_a_fresh_sqlite_store(sqlite_jobs):
     out, results = sqlite_jobs
     uri = f"sqlite:///{out / 'mlflow.db'}"
@@ -167,7 +166,6 @@ def _register_at_once(uri: str, model_uri: str, mape: float, split: dict, barrie
     return decision.reason
 
 
-@pytest.mark.xdist_group("sqlite_jobs")  # its module fixture runs once, on one worker
 def test_promotions_racing_each_compare_against_the_champion_of_their_moment(sqlite_jobs, tmp_path):
     """A champion v1 (MAPE 0.5), then four registrations released at once by a barrier (MAPE 0.4, 0.3, 0.2, 0.1;
     same split, so stored tags compare). Without the compare-and-set, each reads v1 as the champion and the last

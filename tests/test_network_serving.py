@@ -126,7 +126,6 @@ def api(registered):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("registered")  # its module fixture runs once, on one worker
 def test_registration_follows_the_champion_rule(registered, api):
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -171,7 +170,6 @@ def test_registration_follows_the_champion_rule(registered, api):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("registered")  # its module fixture runs once, on one worker
 def test_champion_predicts_in_a_process_without_the_project(registered, api, mlp_mlir, tmp_path):
     rows = [
         {"mlir": mlp_mlir, "hardware": registered["cpu"]},
@@ -189,7 +187,6 @@ def test_champion_predicts_in_a_process_without_the_project(registered, api, mlp
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("registered")  # its module fixture runs once, on one worker
 def test_cli_mlir_file_equals_api_and_bad_input_is_one_line(registered, api, mlp_mlir, tmp_path, capsys):
     src = tmp_path / "net.mlir"
     src.write_text(mlp_mlir)
@@ -230,7 +227,6 @@ def test_cli_mlir_file_equals_api_and_bad_input_is_one_line(registered, api, mlp
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("registered")  # its module fixture runs once, on one worker
 def test_rest_serving_and_http_400(registered, api, mlp_mlir, tmp_path):
     rows = [{"mlir": mlp_mlir, "hardware": registered["cpu"]}]
     with serve_model(MODEL, registered["uri"], tmp_path / "serve.log") as base:
@@ -251,7 +247,6 @@ def test_rest_serving_and_http_400(registered, api, mlp_mlir, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("registered")  # its module fixture runs once, on one worker
 def test_residual_gnn_registered_and_served(registered, mlp_mlir, tmp_path):
     """The residual GNN over the composition (its kernel model fitted on a kernel sweep measured on this CPU) goes
     through the same library path, registry and pyfunc as the other network models."""

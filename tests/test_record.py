@@ -200,7 +200,6 @@ def held_out_store(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("held_out_store")  # its module fixture runs once, on one worker
 def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, pack, tmp_path, capsys):
     uri = held_out_store["uri"]
     rows = pd.read_parquet(next((held_out_store["out"] / "datasets").glob("*.parquet")))
@@ -271,7 +270,6 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
         (lambda d: d.assign(hardware=["T4"] * 3 + [HELD_GPU] * (len(d) - 3)), "measurements of 2 hardware"),
     ],
 )
-@pytest.mark.xdist_group("held_out_store")  # its module fixture runs once, on one worker
 def test_calibrate_bad_rows_give_one_error_line(held_out_store, pack, tmp_path, capsys, change, msg):
     gpu = pack[pack["hardware"] == HELD_GPU].head(12)
     src = tmp_path / "bad.csv"
@@ -288,7 +286,6 @@ def test_calibrate_bad_rows_give_one_error_line(held_out_store, pack, tmp_path, 
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("held_out_store")  # its module fixture runs once, on one worker
 def test_calibrate_needs_a_registered_model_and_a_gpu_to_measure(held_out_store, capsys):
     uri = held_out_store["uri"]
     for args, msg in [
@@ -303,7 +300,6 @@ def test_calibrate_needs_a_registered_model_and_a_gpu_to_measure(held_out_store,
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("held_out_store")  # its module fixture runs once, on one worker
 def test_calibrate_measures_the_sweep_the_model_chooses_on_a_fake_gpu(held_out_store, monkeypatch, registry):
     """--measure's path on a fake H100 (tests/fake_cuda.py): the model picks a sweep that covers each kind of kernel
     over its range of runtimes, the cuda backend measures, the new version predicts that GPU from what it measured."""

@@ -222,7 +222,6 @@ def _records(rows):
     return json.dumps({"dataframe_records": rows}).encode()
 
 
-@pytest.mark.xdist_group("served")  # its module fixture runs once, on one worker
 def test_costmodel_serve_predicts_as_the_api(served, api_preds):
     status, body = post_json(served, _records(WORKLOADS))
     assert status == 200, body
@@ -258,7 +257,6 @@ def test_costmodel_serve_predicts_as_the_api(served, api_preds):
         (json.dumps({"instances": 7}).encode(), 400, ""),
     ],
 )
-@pytest.mark.xdist_group("served")  # its module fixture runs once, on one worker
 def test_costmodel_serve_error_bodies_are_one_line(served, payload, code, msg):
     status, body = post_json(served, payload)
     assert status == code, (status, str(body)[:500])
@@ -267,7 +265,6 @@ def test_costmodel_serve_error_bodies_are_one_line(served, payload, code, msg):
     assert "Traceback" not in body["message"] and "Input:" not in body["message"]
 
 
-@pytest.mark.xdist_group("served")  # its module fixture runs once, on one worker
 def test_any_records_get_predictions_or_a_4xx_line_over_rest(served):
     """The REST side of tests/test_boundary.py: random (mostly broken) workload records, never a 5xx."""
     from hypothesis import HealthCheck, given, settings
