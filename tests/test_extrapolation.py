@@ -87,3 +87,24 @@ def test_runner_rejects_an_unknown_check():
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: unknown check(s) z (a, b, c, d, e, f, all)"
+
+
+def test_achieved_rate_table_is_flops_over_time_over_the_dtype_peak(registry):
+    """``benchmarks/achieved_rate.py`` (the growth of convolutions' rate with size that check d asks a model to
+    extrapolate, docs/extrapolation.md): FLOPs / runtime / the spec peak of the row's dtype, binned by FLOPs."""
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from achieved_rate import rates
+
+    rows = pd.DataFrame(
+        {"hardware": ["T4", "T4", "H200-SXM"], "dtype": ["float32", "float16", "float32"], "flops": [1e9, 2e10, 3e11]}
+    )
+    rows["runtime_ms"] = [1.0, 2.0, 4.0]
+    out = rates(rows, registry)
+    peaks = [registry.get(h).peak_flops(d) for h, d in zip(rows["hardware"], rows["dtype"])]
+    assert peaks[0] != peaks[1]  # a dtype's own peak (the T4's tensor cores for float16)
+    assert out["rate"].tolist() == pytest.approx(
+        [1e9 / 1e-3 / peaks[0], 2e10 / 2e-3 / peaks[1], 3e11 / 4e-3 / peaks[2]]
+    )
+    assert [str(b) for b in out["log10_flops"]] == ["(8.5, 9.0]", "(10.0, 10.5]", "(11.0, 13.0]"]
