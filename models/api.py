@@ -93,8 +93,11 @@ def requirement_mismatches(model_dir: str | Path) -> list[str]:
 
 
 def load_pyfunc(uri: str):
-    """``mlflow.pyfunc.load_model(uri)`` with :func:`requirement_mismatches` in place of MLflow's slower check:
-    a mismatch is one warning on the ``costmodel`` logger. MLflow's errors propagate."""
+    """``mlflow.pyfunc.load_model(uri)`` with :func:`requirement_mismatches` in place of MLflow's slower check,
+    and MLflow's Python version check (another major.minor than the one that logged the model): each a warning on
+    the ``costmodel`` logger. MLflow's errors propagate."""
+    import platform
+
     import mlflow
 
     local = mlflow.artifacts.download_artifacts(artifact_uri=uri)  # a local folder stays where it is
@@ -104,6 +107,9 @@ def load_pyfunc(uri: str):
         logger.warning(
             "model %s was logged with requirements this environment does not meet: %s", uri, "; ".join(mismatched)
         )
+    logged = str(model.metadata.flavors.get("python_function", {}).get("python_version") or "")
+    if logged and logged.split(".")[:2] != platform.python_version().split(".")[:2]:
+        logger.warning("model %s was logged with Python %s, this is Python %s", uri, logged, platform.python_version())
     return model
 
 

@@ -92,8 +92,10 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
 def test_requirement_mismatches_are_one_warning_and_the_model_still_loads(champion, tmp_path, caplog):
     """The load-time check of the model's pinned requirements (``models.api.requirement_mismatches``, in place of
     MLflow's slower one): the environment that logged the champion meets them; a copy whose requirements pin what
-    is not installed loads with one warning naming each unmet one, and predicts the same."""
+    is not installed loads with one warning naming each unmet one (a second where another Python logged it), and
+    predicts the same."""
     import logging
+    import platform
     import shutil
 
     mlflow.set_tracking_uri(champion["uri"])
@@ -112,9 +114,21 @@ def test_requirement_mismatches_are_one_warning_and_the_model_still_loads(champi
         "no-such-package-here==1.0 (installed: none)",
     ]
     with caplog.at_level(logging.WARNING, logger="costmodel"):
-        model = load_pyfunc(str(copy))
+        load_pyfunc(str(copy))
     warned = [r.getMessage() for r in caplog.records if r.name == "costmodel"]
     assert len(warned) == 1 and "numpy==0.0.1" in warned[0] and "no-such-package-here" in warned[0]
+    mlmodel = (copy / "MLmodel").read_text()  # and another Python than this one logged it: a second line
+    assert f"python_version: {platform.python_version()}" in mlmodel
+    (copy / "MLmodel").write_text(
+        mlmodel.replace(f"python_version: {platform.python_version()}", "python_version: 3.9.1")
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="costmodel"):
+        model = load_pyfunc(str(copy))
+    warned = [r.getMessage() for r in caplog.records if r.name == "costmodel"]
+    assert len(warned) == 2 and warned[1].endswith(
+        f"was logged with Python 3.9.1, this is Python {platform.python_version()}"
+    )
     pd.testing.assert_frame_equal(
         model.predict(pd.DataFrame(WORKLOADS)), load_pyfunc(str(local)).predict(pd.DataFrame(WORKLOADS))
     )
