@@ -34,6 +34,20 @@ from models.conformal import min_rows
 HW_ATOL = 2e-6  # log2 spec positions closer than this are the same hardware (they are stored rounded to 1e-6)
 
 
+def distinct_rows(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct, inverse)`` of the rows of a 2-D array, as ``np.unique(M, axis=0, return_inverse=True)`` gives
+    them (sorted lexicographically), by one lexicographic sort: 5-20x faster on the few distinct rows of a long frame
+    (GPUs, category combinations)."""
+    if len(M) == 0:
+        return M[:0], np.zeros(0, int)
+    order = np.lexsort(M.T[::-1])
+    first = np.ones(len(M), bool)
+    first[1:] = (M[order[1:]] != M[order[:-1]]).any(axis=1)
+    inverse = np.empty(len(M), int)
+    inverse[order] = np.cumsum(first) - 1
+    return M[order[first]], inverse
+
+
 class Domain:
     """Training envelope over ``features`` (continuous and 0/1 columns), the ``hardware`` position columns and the
     workload ``size`` columns (log2, excess in octaves); ``identity`` (a subset of ``hardware``, the same on every
@@ -51,7 +65,8 @@ class Domain:
         F = X[self.features].to_numpy(float)
         binary = np.all((F == 0) | (F == 1), axis=0)
         self.categorical_ = [f for f, b in zip(self.features, binary) if b]
-        self.unseen_ = [f for f in self.categorical_ if not np.any(X[f].to_numpy() == 1)]  # never 1 in training
+        never = ~np.any(F == 1, axis=0)
+        self.unseen_ = [f for f, b, n in zip(self.features, binary, never) if b and n]  # never 1 in training
         self.combinations_ = sorted(set(self._signatures(X)))  # the categories seen together (op x math mode)
         cont = [f for f, b in zip(self.features, binary) if not b]
         C = X[cont].to_numpy(float)
@@ -63,7 +78,7 @@ class Domain:
         self.hardware_span_ = {
             h: (float(H[:, j].min()), float(H[:, j].max())) for j, h in enumerate(self.hardware + self.size)
         }
-        self.hardware_seen_ = np.unique(np.round(X[self.identity].to_numpy(float), 6), axis=0).tolist()
+        self.hardware_seen_ = distinct_rows(np.round(X[self.identity].to_numpy(float), 6))[0].tolist()
         return self
 
     def add_hardware(self, X: pd.DataFrame) -> Domain:
@@ -82,7 +97,9 @@ class Domain:
 
     def _signatures(self, X: pd.DataFrame) -> list[str]:
         C = X[self.categorical_].to_numpy(float) == 1
-        return ["+".join(np.asarray(self.categorical_, dtype=object)[row]) for row in C]
+        distinct, inverse = distinct_rows(C)  # a few combinations: joined once each, not once per row
+        names = np.asarray(self.categorical_, dtype=object)
+        return np.array(["+".join(names[row]) for row in distinct], dtype=object)[inverse].tolist()
 
     def is_seen(self, X: pd.DataFrame) -> np.ndarray:
         H = X[self.identity].to_numpy(float)

@@ -69,7 +69,7 @@ from features.physics import (
     PhysicsFeaturizer,
 )
 from models.base import CostModel, check_targets
-from models.domain import Domain, calibrate_widening, conformal, widen
+from models.domain import Domain, calibrate_widening, conformal, distinct_rows, widen
 
 LEARNERS = ("xgb", "mlp")
 BOUNDED_FAMILIES = ("gemm", "attention")  # efficiency bound e_max_gemm: the physics counts the FLOPs they do
@@ -186,8 +186,14 @@ def physics_frame(X: pd.DataFrame, registry=None) -> pd.DataFrame:
     )
 
 
+def _columns(X: pd.DataFrame, names) -> np.ndarray:
+    """``X[names]`` as a float matrix, column by column (a list selection copies through pandas' indexer: 2x slower
+    on the physics frame, and the fits call this thousands of times)."""
+    return np.column_stack([X[c].to_numpy(float) for c in names]) if len(X) else np.empty((0, len(names)))
+
+
 def families_of(X: pd.DataFrame) -> np.ndarray:
-    onehot = X[[f"family_{f}" for f in FAMILIES]].to_numpy()
+    onehot = _columns(X, [f"family_{f}" for f in FAMILIES])
     return np.asarray(FAMILIES, dtype=object)[onehot.argmax(axis=1)]
 
 
@@ -200,18 +206,18 @@ def architectures(X: pd.DataFrame) -> np.ndarray:
 
 def hardware_keys(X: pd.DataFrame) -> np.ndarray:
     """One string per row naming its hardware's spec position (rows of one GPU share it; no name needed)."""
-    H = np.round(X[list(HARDWARE_IDENTITY)].to_numpy(float), 6)
+    H = np.round(_columns(X, HARDWARE_IDENTITY), 6)
     if len(H) == 0:
         return np.array([], dtype=object)
-    distinct, inverse = np.unique(H, axis=0, return_inverse=True)  # a few GPUs: format each once, not every row
+    distinct, inverse = distinct_rows(H)  # a few GPUs: format each once, not every row
     names = np.array([",".join(f"{v:.6f}" for v in row) for row in distinct], dtype=object)
-    return names[inverse.reshape(-1)]
+    return names[inverse]
 
 
 def mode_keys(X: pd.DataFrame, hw: np.ndarray | None = None) -> np.ndarray:
     """``hardware_keys`` (``hw`` where already computed) and the row's math mode: a GPU's tensor cores are not learned
     from its fp32 rows."""
-    modes = np.asarray(MODES, dtype=object)[X[[f"mode_{m}" for m in MODES]].to_numpy().argmax(axis=1)]
+    modes = np.asarray(MODES, dtype=object)[_columns(X, [f"mode_{m}" for m in MODES]).argmax(axis=1)]
     return (hardware_keys(X) if hw is None else hw) + "|" + modes
 
 
@@ -230,18 +236,26 @@ def regime_index(X: pd.DataFrame) -> np.ndarray:
     return np.where(X["hw_is_gpu"].to_numpy(float) > 0, harness, CPU_REGIME)
 
 
-def family_floors(X: pd.DataFrame, y: np.ndarray, rows: np.ndarray, fitted: list | None = None) -> dict[str, float]:
+def _floor_parts(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row the family, a hardware code (rows of one spec position share it) and the physics time."""
+    return families_of(X), np.unique(hardware_keys(X), return_inverse=True)[1], X["physics_ms"].to_numpy(float)
+
+
+def family_floors(
+    X: pd.DataFrame, y: np.ndarray, rows: np.ndarray, fitted: list | None = None, parts: tuple | None = None
+) -> dict[str, float]:
     """Launch floor (ms) per op family from ``rows``: the median over hardware of each one's intercept (where its
     fastest kernel shows a floor, :data:`FLOOR_FIT_SHARE`); a family that no hardware has 10 rows of, from the
     hardware with 3 to 9: its fastest kernel's time less its physics time, if that kernel is floor-bound (physics under
-    a tenth of its time). ``fitted``, a list, receives the families whose floor is a fitted intercept."""
-    fam, hw = families_of(X), hardware_keys(X)
-    phys = X["physics_ms"].to_numpy(float)
+    a tenth of its time). ``fitted``, a list, receives the families whose floor is a fitted intercept; ``parts``:
+    :func:`_floor_parts` of ``X`` where the caller has it (several calls on one frame)."""
+    fam, hw, phys = _floor_parts(X) if parts is None else parts
     floors = {}
     for f in FAMILIES:
         intercepts, few = [], []
-        for h in np.unique(hw[rows & (fam == f)]):
-            idx = np.flatnonzero(rows & (fam == f) & (hw == h))
+        of_family = np.flatnonzero(rows & (fam == f))
+        for h in np.unique(hw[of_family]):
+            idx = of_family[hw[of_family] == h]
             if len(idx) < MIN_FEW_FLOOR_ROWS:
                 continue
             fastest = idx[np.argmin(y[idx])]
@@ -277,14 +291,15 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     floor). The CUDA graph's floors, where rows were so timed, are shrunk toward the measured ones by the number of
     rows of each family (:data:`GRAPH_PRIOR_ROWS`). Without ``by_harness`` every regime gets the floors of all rows
     (one floor per family, whatever measured it)."""
-    regime = regime_index(X)
-    pooled = family_floors(X, y, np.ones(len(X), bool)) or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
+    regime, parts = regime_index(X), _floor_parts(X)
+    pooled = family_floors(X, y, np.ones(len(X), bool), parts=parts)
+    pooled = pooled or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
     if not by_harness:
         return {r: {f: float(pooled.get(f, np.median(list(pooled.values())))) for f in FAMILIES} for r in FLOOR_REGIMES}
     own = []
     for i in range(len(FLOOR_REGIMES)):
         fitted: list = []
-        floors = family_floors(X, y, regime == i, fitted)
+        floors = family_floors(X, y, regime == i, fitted, parts)
         # a harness no family's intercept was fitted for (a few rows of a new GPU: its fastest small GEMM is slow,
         # not floor-bound) says too little: it takes the priors, as a harness with no row
         own.append(floors if fitted else {})
@@ -317,7 +332,7 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
             out[h] = {f: v * OVER_PER_CALL[h] / OVER_PER_CALL[source] for f, v in out[source].items()}
     graph = HARNESSES.index("cuda_graph")
     if own[graph]:  # graph rows of a family pull its floor from the measured one as they grow in number
-        n = pd.Series(families_of(X)[regime == graph]).value_counts()
+        n = pd.Series(parts[0][regime == graph]).value_counts()
         for f in FAMILIES:
             w = n.get(f, 0) / (n.get(f, 0) + GRAPH_PRIOR_ROWS)
             fitted, prior = np.log(out["cuda_graph"][f]), np.log(GRAPH_FLOORS_MS[f])
@@ -996,13 +1011,11 @@ def _beats(log_pred: np.ndarray, incumbent: np.ndarray, logy: np.ndarray) -> boo
 def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int, names=FEATURES) -> dict:
     """Floor scale and kernel log-bias by grid search, then ``rounds`` boosted trees of the log-correction on the
     learner inputs ``F`` (``PhysicsModel._inputs``, columns ``names``)."""
-    best = (np.inf, 1.0, 0.0)
-    for scale in np.geomspace(0.25, 4.0, 25):
-        for bias in np.linspace(-2.0, 2.0, 81):
-            loss = np.sum((np.log(scale * floor + kernel * np.exp(bias)) - logy) ** 2)
-            if loss < best[0]:
-                best = (loss, float(scale), float(bias))
-    _, scale, bias = best
+    scales, biases = np.geomspace(0.25, 4.0, 25), np.linspace(-2.0, 2.0, 81)
+    scaled_kernel = kernel[None, :] * np.exp(biases)[:, None]  # [bias, row]
+    loss = np.array([np.sum((np.log(s * floor[None, :] + scaled_kernel) - logy) ** 2, axis=1) for s in scales])
+    i, j = np.unravel_index(np.argmin(loss), loss.shape)  # the first of equal losses, scale-major as a loop finds it
+    scale, bias = float(scales[i]), float(biases[j])
     corr = {"floor_scale": scale, "bias": bias, "rounds": int(rounds), "booster": None}
     if rounds:
         params = {"eta": 0.1, "max_depth": 3, "min_child_weight": 2, "reg_lambda": 1.0, "seed": seed, "nthread": 1}
