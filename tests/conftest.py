@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,8 +17,13 @@ SHARED = Path(os.environ.get("COSTMODEL_SHARED_DATA") or ROOT.parent / "shared" 
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``shared_data`` read ``SHARED``: where that folder is missing they are all skipped with one
-    reason (``-ra`` prints it once, with their count), never errored and never passed silently."""
+    """The test files that read the tiny main job (fixture ``tiny_run``) go last: the job starts in the background
+    as the session does (``_tiny_run_in_background``) and is done by then, where the first worker to need it ran it
+    while the other waited (~90 s of one worker idle). Tests marked ``shared_data`` read ``SHARED``: where that
+    folder is missing they are all skipped with one reason (``-ra`` prints it once, with their count), never errored
+    and never passed silently."""
+    late = {item.path for item in items if "tiny_run" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: item.path in late)  # stable: files stay whole and in their order
     if SHARED.is_dir():
         return
     skip = pytest.mark.skip(
@@ -121,20 +126,51 @@ def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:
     return rc, cap.out, cap.err
 
 
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, worker_id) -> dict:
-    """The real entry point (``python -m pipelines.run``) at a tiny size against a temp sqlite store: run once for
-    the whole session, the pytest-xdist workers' included (the first to ask runs it under a file lock, the others
-    wait for it and read its store; the tests only read it, or copy its database before they write)."""
+TINY_RUN_TIMEOUT_S = 900  # the tiny main job's limit (it shares the cores with the workers while it runs)
+
+
+def _tiny_run_dir(tmp_path_factory, worker_id) -> Path:
+    """One folder for the whole session, the pytest-xdist workers' included (their base temp's parent)."""
     base = tmp_path_factory.getbasetemp()
-    out = (base if worker_id == "master" else base.parent) / "tiny_run"
-    done = out / "entry_point.json"
+    return (base if worker_id == "master" else base.parent) / "tiny_run"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tiny_run_in_background(request, tmp_path_factory, worker_id):
+    """Start the tiny main job (``tiny_run``) as the session starts, where a collected test needs it: the first
+    worker to get here starts it (a file lock), it runs beside the tests, and its exit status lands in
+    ``returncode`` when it ends. At the session's end the worker that started it waits for it (the others may still
+    read it)."""
+    if not any("tiny_run" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        yield
+        return
+    out = _tiny_run_dir(tmp_path_factory, worker_id)
+    proc = None
     with FileLock(f"{out}.lock"):
-        if not done.exists():
-            out.mkdir(exist_ok=True)
-            proc = run_entry("pipelines.run", "debug=tiny", out=out, timeout=600)
-            result = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
-            done.write_text(json.dumps(result))
-    result = json.loads(done.read_text())
+        if not out.exists():
+            out.mkdir()
+            cmd = [sys.executable, "-m", "pipelines.run", "debug=tiny", f"paths.output_dir={out}"]
+            # the exit status is written (then renamed into place) only when the job has ended
+            script = 'timeout "$0" "$@" > "$OUT/stdout" 2> "$OUT/stderr"; echo $? > "$OUT/rc.part"; '
+            script += 'mv "$OUT/rc.part" "$OUT/returncode"'
+            env = {**os.environ, "COSTMODEL_OUTPUT_DIR": str(out), "OUT": str(out)}
+            proc = subprocess.Popen(["sh", "-c", script, str(TINY_RUN_TIMEOUT_S), *cmd], cwd=ROOT, env=env)
+    yield
+    if proc is not None:
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, worker_id, _tiny_run_in_background) -> dict:
+    """The real entry point (``python -m pipelines.run``) at a tiny size against a temp sqlite store: run once for
+    the whole session, the pytest-xdist workers' included, in the background from the session's start
+    (``_tiny_run_in_background``); this waits for it to end. The tests only read its store, or copy its database
+    before they write."""
+    out = _tiny_run_dir(tmp_path_factory, worker_id)
+    rc, deadline = out / "returncode", time.monotonic() + TINY_RUN_TIMEOUT_S + 60
+    while not rc.exists():
+        assert time.monotonic() < deadline, f"the tiny main job in {out} did not end"
+        time.sleep(0.5)
+    result = {"returncode": int(rc.read_text()), **{k: (out / k).read_text() for k in ("stdout", "stderr")}}
     assert result["returncode"] == 0, result["stdout"][-3000:] + result["stderr"][-3000:]
     return {"out": out, "uri": f"sqlite:///{out / 'mlflow.db'}", "stdout": result["stdout"], "stderr": result["stderr"]}
