@@ -17,10 +17,11 @@ run: $(VENV)/.installed
 	$(PY) -m pipelines.run $(ARGS)
 
 # The suite on every core (pytest-xdist), a test file on one worker (its module fixtures, some a tiny main job,
-# run once: the per-test load scheduling ran them once per worker); PYTEST_WORKERS=0 runs it in one process.
+# run once: the per-test load scheduling ran them once per worker), the files in collection order (tests/conftest.py
+# puts those reading the background tiny main job last); PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= auto
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -m "not slow" $(ARGS)

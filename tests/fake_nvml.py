@@ -127,6 +127,20 @@ class FakeGpu:
                         self._ckpt.append((i, a, area))
             return step(a, area, 0.0, t - now)
 
+    def mean_power_between_updates(self, energy_j: float) -> float:
+        """The true mean power between the two counter updates read so far whose values differ by ``energy_j``
+        (a tick-aligned reading's energy): what that reading measures, up to the host's timing of the two edges."""
+        ticks = sorted(self._ticks.items())
+        pairs = [
+            (k1, k2)
+            for i, (k1, e1) in enumerate(ticks)
+            for k2, e2 in ticks[i + 1 :]
+            if abs((e2 - e1) / 1e3 - energy_j) < 5e-4
+        ]
+        assert len(pairs) == 1, f"{len(pairs)} pairs of counter updates differ by {energy_j} J"
+        ((k1, k2),) = pairs
+        return energy_j / (self.tick_time(k2) - self.tick_time(k1))
+
     def energy_j_at(self, t: float) -> float:
         """True energy since t0 (what the counter would say with infinite resolution; idle power before t0)."""
         return self.idle_power_w * (t - self.t0) + (self.busy_power_w - self.idle_power_w) * self._activity(t)[1]

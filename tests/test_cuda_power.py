@@ -292,10 +292,14 @@ def test_cuda_backend_measures_a_matmul_end_to_end_on_a_fake_gpu(fake_h100, regi
     truth_ms = (fake_h100.latency_s + 2 * 16384**3 / spec.peak_flops("float16")) * 1e3  # 8.9 ms
     assert row["timing_method"] == "cuda_events" and truth_ms * 0.999 < row["runtime_ms"] < truth_ms * 1.03
     assert row["peak_mem_bytes"] == 3 * 16384**2 * 2  # A, B and the output: what the allocator saw at its peak
-    # power: the board draws TRUE_W while busy; a tick-aligned window is exact up to its two edges' poll gaps
+    # power: a tick-aligned window is exact up to its two edges' poll gaps, against the board's true mean power
+    # between the same two counter updates; the board draws TRUE_W while busy, and the worker kept it busy nearly all
+    # the window (a loaded host can starve the worker's thread for some ms: 636 W seen with the suite beside it)
     env = json.loads(row["env"])
-    promise = env["edge_gap_ms"] * 1e-3 / env["power_window_s"] + 0.01
-    assert abs(row["power_w"] - TRUE_W) / TRUE_W < promise, (row["power_w"], promise)
+    truth_w = fake_h100.gpu.mean_power_between_updates(env["energy_window_j"])
+    promise = env["edge_gap_ms"] * 1e-3 / env["power_window_s"] + 0.002
+    assert abs(row["power_w"] - truth_w) / truth_w < promise, (row["power_w"], truth_w, promise)
+    assert IDLE_W + 0.95 * (TRUE_W - IDLE_W) < truth_w < TRUE_W * 1.001  # (the counter counts whole mJ)
     assert env["power_window_busy_fraction"] > 0.95 and env["counter_ticks"] >= 3
     assert row["energy_j"] == pytest.approx(row["power_w"] * row["runtime_ms"] * 1e-3)
     assert row["power_method"] == "nvml_energy_counter" and row["throttled"] is False
