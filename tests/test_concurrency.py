@@ -36,14 +36,14 @@ JOB = [
 TREES = [10, 40, 160]  # one job each: different held-out MAPEs
 
 
-def start_together(out: Path, *extra: str) -> list[tuple[int, str, str]]:
-    """``python -m pipelines.run`` once per entry of TREES, all started before any is waited for; returns
+def start_together(out: Path, *extra: str, trees=TREES) -> list[tuple[int, str, str]]:
+    """``python -m pipelines.run`` once per entry of ``trees``, all started before any is waited for; returns
     (exit status, stdout, stderr) of each."""
     env = {**os.environ, "COSTMODEL_OUTPUT_DIR": str(out), "OMP_NUM_THREADS": "1"}
     logs = out.parent / f"{out.name}-logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs = []
-    for n in TREES:
+    for n in trees:
         with open(logs / f"{n}.out", "w") as so, open(logs / f"{n}.err", "w") as se:
             procs.append(
                 subprocess.Popen(
@@ -63,7 +63,7 @@ def start_together(out: Path, *extra: str) -> list[tuple[int, str, str]]:
                 )
             )
     codes = [p.wait(timeout=600) for p in procs]
-    return [(rc, (logs / f"{n}.out").read_text(), (logs / f"{n}.err").read_text()) for rc, n in zip(codes, TREES)]
+    return [(rc, (logs / f"{n}.out").read_text(), (logs / f"{n}.err").read_text()) for rc, n in zip(codes, trees)]
 
 
 def champion_chain(client: MlflowClient, name: str) -> list[int]:
@@ -92,13 +92,13 @@ def champion_chain(client: MlflowClient, name: str) -> list[int]:
     return chain
 
 
-def check_jobs(results, client: MlflowClient) -> None:
+def check_jobs(results, client: MlflowClient, trees=TREES) -> None:
     for rc, stdout, stderr in results:
         assert rc == 0 and "Traceback" not in stderr, stdout[-2000:] + stderr[-3000:]
     runs = client.search_runs([client.get_experiment_by_name("costmodel").experiment_id])
-    assert sorted(int(r.data.params["xgb.n_estimators"]) for r in runs) == TREES  # every run logged
+    assert sorted(int(r.data.params["xgb.n_estimators"]) for r in runs) == sorted(trees)  # every run logged
     assert all("test/all/mape" in r.data.metrics for r in runs)
-    assert len(client.search_model_versions(f"name='{NAME}'")) == len(TREES)
+    assert len(client.search_model_versions(f"name='{NAME}'")) == len(trees)
     champion_chain(client, NAME)
     assert [m.name for m in client.search_registered_models()] == [NAME]  # no lock left behind
 
@@ -119,17 +119,19 @@ def test_jobs_started_together_share_a_fresh_sqlite_store(sqlite_jobs):
 
 
 def test_jobs_started_together_on_a_tracking_server(tmp_path):
-    """Real ``mlflow server`` (sqlite backend, proxied artifacts) used by three main jobs at once; then the champion
-    is listed and predicted from it (in process: the CLI paths are covered on sqlite)."""
+    """Real ``mlflow server`` (sqlite backend, proxied artifacts) used by two main jobs at once (three race on
+    sqlite above); then the champion is listed and predicted from it (in process: the CLI paths are covered on
+    sqlite)."""
+    trees = TREES[::2]
     with tracking_server(tmp_path, workers=2) as base:
-        results = start_together(tmp_path / "out", f"mlflow.tracking_uri={base}")
-        check_jobs(results, MlflowClient(tracking_uri=base, registry_uri=base))
+        results = start_together(tmp_path / "out", f"mlflow.tracking_uri={base}", trees=trees)
+        check_jobs(results, MlflowClient(tracking_uri=base, registry_uri=base), trees)
         assert any((tmp_path / "art").rglob("MLmodel"))  # the models' files went through the server
 
         mlflow.set_tracking_uri(base)
         mlflow.set_registry_uri(base)
         versions = tracking.list_versions(NAME)
-        assert sorted(versions["aliases"].tolist()) == ["-", "-", "champion"]
+        assert sorted(versions["aliases"].tolist()) == ["-", "champion"]
         assert all(s.startswith("held_out_shapes/") for s in versions["split"])
         workloads = pd.DataFrame(
             [{"op": "matmul", "hardware": "T4", "dtype": "float16", "m": 1024, "n": 1024, "k": 1024}]
