@@ -174,3 +174,18 @@ def test_widening_covers_the_farthest_rows_not_only_the_many_just_outside():
     w = calibrate_widening(s, d, seen, level=0.9)
     covered = s <= widen(w, d, seen)
     assert covered[d >= 3].mean() >= 0.85 and covered[(d > 0) & (d < 3)].mean() >= 0.9
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_distinct_rows_are_numpys_unique_rows(seed):
+    from models.domain import distinct_rows
+
+    rng = np.random.default_rng(seed)
+    floats = np.round(rng.normal(size=(7, 5)), 6)[rng.integers(0, 7, 300)]
+    floats[::5, 2], floats[1::5, 2] = -0.0, 0.0  # signed zeros (np.round of a tiny negative) are one value
+    flags = rng.random((9, 30)) < 0.2
+    for M in (floats, flags[rng.integers(0, 9, 200)], floats[:1], floats[:0]):
+        want, want_inverse = np.unique(M, axis=0, return_inverse=True)
+        got, inverse = distinct_rows(M)
+        assert got.dtype == M.dtype and np.array_equal(got, want)
+        assert np.array_equal(inverse, want_inverse.reshape(-1))
