@@ -105,7 +105,9 @@ MIN_REFIT_ROWS = 10
 REFIT_FOLDS = 3
 ROWS_Y = "_runtime_ms"  # the kept rows' target column in training_rows.parquet
 # A training GPU's own correction (``hardware_corrections``): from this many rows, one boosted round per
-# CORRECTION_ROWS_PER_ROUND rows, at most MAX_FIT_CORRECTION_ROUNDS (depth-3 trees, eta 0.1)
+# CORRECTION_ROWS_PER_ROUND rows, at most MAX_FIT_CORRECTION_ROUNDS (depth-3 trees, eta 0.1) and at most the shared
+# learner's trees (``n_estimators``: 300 by default, so the same; the main job's eval-split refits, with a fifth of the
+# trees (``eval_trees``), spent more time in the corrections than in the shared learner)
 MIN_FIT_CORRECTION_ROWS = 30
 CORRECTION_ROWS_PER_ROUND = 10
 MAX_FIT_CORRECTION_ROUNDS = 300
@@ -565,7 +567,7 @@ class PhysicsModel(CostModel):
             idx = np.flatnonzero(keys == key)
             if len(idx) < MIN_FIT_CORRECTION_ROWS:
                 continue
-            rounds = min(MAX_FIT_CORRECTION_ROUNDS, len(idx) // CORRECTION_ROWS_PER_ROUND)
+            rounds = min(MAX_FIT_CORRECTION_ROUNDS, self.n_estimators, len(idx) // CORRECTION_ROWS_PER_ROUND)
             Xi = X.iloc[idx].reset_index(drop=True)
             corr = _fit_correction(
                 self._inputs(Xi), floor[idx], kernel[idx], logy[idx], rounds, self.random_state, self.inputs_
