@@ -147,6 +147,22 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
     )
     again = model.predict(held.drop(columns=["runtime_ms", "pred_runtime_ms"]))
     pd.testing.assert_series_equal(again["runtime_ms"], held["pred_runtime_ms"], check_names=False, rtol=1e-6)
+    # the rows the champion rule re-scores a champion on (experiment.served_frame, as register builds them) give it
+    # its own stored score: every row answered as it was measured (harness, layout), as the challenger's were
+    from models.splits import SPLITS
+    from pipelines import tracking
+    from pipelines.experiment import DESCRIBE, served_frame
+
+    job_rows = ok.reset_index(drop=True)  # the job's rows: those with the target
+    _, test = SPLITS["held_out_shapes"](job_rows, test_size=0.2, seed=0)
+    served = served_frame(job_rows, test, [c for c in DESCRIBE if c in job_rows.columns])
+    assert {"harness", "transpose_b"} <= set(served.columns) and "source" not in served.columns
+    neusight = job_rows.loc[test, "source"].str.startswith("neusight").to_numpy()
+    assert neusight.any() and set(served.loc[neusight, "harness"]) == {"per_call"}
+    served = served.assign(runtime_ms=job_rows.loc[test, "runtime_ms"].to_numpy(), pred_runtime_ms=0.0)
+    champion = "models:/costmodel-runtime@champion"
+    champ_mape, _, n = tracking._rescore_champion(champion, served, "runtime_ms", "mape")
+    assert n == len(served) and champ_mape == pytest.approx(float(best.data.metrics["test/all/mape"]), rel=1e-6)
 
 
 def test_champion_takes_mlir_text_and_sums_its_kernels(tiny_run):
