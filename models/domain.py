@@ -92,7 +92,7 @@ class Domain:
         )
         new = np.round(X[self.identity].to_numpy(float), 6)
         seen = np.asarray(self.hardware_seen_, float).reshape(-1, len(self.identity))
-        self.hardware_seen_ = np.unique(np.vstack([seen, new]), axis=0).tolist()
+        self.hardware_seen_ = distinct_rows(np.vstack([seen, new]))[0].tolist()
         return self
 
     def _signatures(self, X: pd.DataFrame) -> list[str]:
