@@ -12,7 +12,8 @@ same way: its float32 3x3 convolutions run at 22 TFLOP/s, a third of the fp32 FM
 * float32 (every op, convolutions included) runs on the CUDA cores: the fp32 FMA peak; except a conv measured with
   PyTorch's default math (cuDNN's TF32 flag is on by default, matmul's is off; NeuSight's rows; a
   ``conv_fp32_math`` column asks, :data:`CONV_MATHS`), which runs on the TF32 tensor cores where a GPU has them;
-* ``tf32``: the spec's TF32 tensor-core peak where it exists, else the fp32 peak;
+* ``tf32``: the spec's TF32 tensor-core peak where it exists, else the fp32 peak, for GEMMs and convolutions; every
+  other family runs the float32 kernel whatever the TF32 flags (:data:`TF32_FAMILIES`);
 * float16 / bfloat16 GEMMs: PyTorch accumulates in fp32 (cuBLAS ``CUBLAS_COMPUTE_32F``), so a GPU with tensor /
   matrix cores runs them at the spec's tensor rate (fp32 accumulate) and a GPU without (Pascal: P4's native fp16
   is 1/64 of fp32, P100's half2 2x) at its fp32 FMA rate; a dtype the GPU has no rate for (bf16 on Volta) falls
@@ -166,6 +167,13 @@ TIMING_HARNESS = {"cuda_graph": "cuda_graph"}  # a row's timing_method (data.sch
 # ``conv_fp32_math`` column where given, else from ``source`` (:data:`SOURCE_CONV_MATH`), else ``ieee``. Only a
 # float32 conv on a GPU with a TF32 peak changes (its math mode becomes ``tf32``); GEMMs keep IEEE float32.
 CONV_MATHS = ("ieee", "tf32")
+# The families whose kernels a TF32 flag reaches (cuBLAS and cuDNN: ``torch.backends.cuda.matmul`` / ``cudnn``
+# ``allow_tf32``); a tf32 row of any other family runs the float32 kernel: memory-bound ops have no matrix math, and
+# scaled dot-product attention takes float32 through its memory-efficient kernel (flash attention takes 16-bit only),
+# which reads no TF32 flag. Measured with the cuda backend (benchmarks/gpu_holdout.py, 40 SDPA shapes timed in float32
+# and in tf32 on each GPU): tf32 / float32 runtime 1.00 (0.92-1.04) on an H100 and 1.00 (0.96-1.04) on an H200;
+# costed at the TF32 peak, the H100's tf32 SDPAs came out at 0.48 of their time (median), its float32 ones at 0.96.
+TF32_FAMILIES = ("gemm", "conv")
 DEFAULT_CONV_MATH = "ieee"
 SOURCE_CONV_MATH = {"neusight": "tf32"}
 
@@ -369,6 +377,7 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
     dtype = df["dtype"].to_numpy(object)
     # a float32 conv measured with cuDNN's TF32 default runs in the tf32 math mode (:data:`CONV_MATHS`)
     dtype = np.where((family == "conv") & (dtype == "float32") & conv_tf32_of(df), "tf32", dtype)
+    dtype = np.where(~np.isin(family, TF32_FAMILIES) & (dtype == "tf32"), "float32", dtype)  # :data:`TF32_FAMILIES`
     pairs = pd.DataFrame({"h": df["hardware"].to_numpy(), "d": dtype})
     out = {k: np.zeros(len(df)) for k in ("peak", "fp32", "bw", "sms", "l2", "gpu", "clock")}
     out["mode"] = np.empty(len(df), dtype=object)

@@ -110,6 +110,27 @@ def test_float32_convs_measured_with_pytorch_defaults_run_in_tf32(registry):
         PhysicsFeaturizer(registry).transform(describe("conv2d", "A100-PCIe-40GB", conv_fp32_math="fast", **conv))
 
 
+def test_tf32_reaches_gemms_and_convs_only(registry):
+    """A TF32 flag reaches cuBLAS and cuDNN only (features.physics.TF32_FAMILIES): an SDPA (PyTorch's float32
+    attention kernel) or a softmax in tf32 is costed as in float32, while a GEMM in tf32 takes the TF32 peak."""
+    sdpa = {"batch": 4, "heads": 16, "seq_len": 2048, "head_dim": 64, "causal": 0}
+    rows = pd.concat(
+        [
+            describe("sdpa", "H100-SXM", "tf32", **sdpa),
+            describe("sdpa", "H100-SXM", "float32", **sdpa),
+            describe("matmul", "H100-SXM", "tf32", m=4096, n=4096, k=4096),
+            describe("softmax", "H100-SXM", "tf32", m=64, n=4096),
+            describe("softmax", "H100-SXM", "float32", m=64, n=4096),
+        ],
+        ignore_index=True,
+    )
+    X = PhysicsFeaturizer(registry).transform(rows)
+    assert list(X["mode_fp32"]) == [1.0, 1.0, 0.0, 1.0, 1.0]
+    assert list(X["mode_tf32"]) == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert X["physics_ms"].iloc[0] == X["physics_ms"].iloc[1]
+    assert X["physics_ms"].iloc[3] == X["physics_ms"].iloc[4]
+
+
 def test_gemm_tiles_and_waves(registry):
     X = PhysicsFeaturizer(registry).transform(
         pd.concat(
