@@ -18,6 +18,13 @@ be in ``conf/hardware``), then ``calibrate`` on k = 10, 30, 100 random rows of i
 rest; ``--choose model``: on the k rows ``costmodel calibrate --measure`` would choose from them
 (``pipelines.calibrate.rank_workloads``; the pool is its candidate sweep, so these are the rows it would measure).
 Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
+
+    python benchmarks/gpu_holdout.py fit rows.jsonl [more.jsonl ...] [--seed 0]          # here: a change to the physics
+
+``fit`` (here): the physics model as the main job configures it (conf/model/physics.yaml), fitted on the main job's
+real GPU rows (the pack's sample of conf/collect/default.yaml at ``--seed``; no CPU rows, no split held out, no
+interval folds), scored on each file's rows from the spec sheet: what a change to the physics or the learner does to
+GPUs it never trained on, without a registry, in about 30 s.
 """
 
 from __future__ import annotations
@@ -154,6 +161,40 @@ def judge(args) -> int:
     return 0
 
 
+def fit(args) -> int:
+    import pandas as pd
+    from hydra import compose, initialize_config_dir
+
+    from data.backends.reference import select
+    from data.reference import load_reference
+    from features.physics import PhysicsFeaturizer, measurement_settings
+    from pipelines import experiment
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("run", overrides=["model=[physics]", f"seed={args.seed}"])
+    registry = experiment.hardware_registry(cfg)
+    pack = load_reference()
+    ref = cfg.collect.backend.reference
+    cap = {"": args.cap} if args.cap else dict(ref.cap)  # "": every source
+    rows = select(pack[pack["status"] == "ok"].reset_index(drop=True), cap=cap, seed=args.seed)
+    encoder = PhysicsFeaturizer(registry)
+    trees = {"n_estimators": args.trees} if args.trees else {}
+    model = experiment.build(experiment.model_entries(cfg)["physics"], interval_folds=False, keep_rows=0, **trees)
+    model.fit(encoder.transform(rows), rows["runtime_ms"].to_numpy(float))
+    print(f"physics model fitted on {len(rows)} real GPU rows of the pack (seed {args.seed})")
+    for path in args.rows:
+        measured = pd.read_json(path, lines=True)
+        measured = measured[measured["status"] == "ok"].reset_index(drop=True)
+        inputs = measured.assign(harness=measurement_settings(measured)["harness"])
+        y = measured["runtime_ms"].to_numpy(float)
+        scores = _scores(measured, y, model.predict(encoder.transform(inputs)))
+        print(
+            f"{path} ({', '.join(measured['hardware'].unique())}): "
+            + ", ".join(f"{key} {mape:.1f}" for key, (_, mape, _) in scores.items())
+        )
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -176,8 +217,13 @@ def main(argv=None) -> int:
         default="random",
         help="the k calibration rows: random draws, or those `costmodel calibrate --measure` would pick from the rows",
     )
+    f = sub.add_parser("fit", help="fit the physics model on the pack's GPU rows here, score measured rows (MAPE %%)")
+    f.add_argument("rows", type=Path, nargs="+")
+    f.add_argument("--seed", type=int, default=0, help="the pack sample's seed (and the model's)")
+    f.add_argument("--trees", type=int, default=None, help="n_estimators (default: conf/model/physics.yaml's)")
+    f.add_argument("--cap", type=int, default=None, help="rows per source, GPU, op and dtype (default: the main job's)")
     args = ap.parse_args(argv)
-    return {"pool": pool, "measure": measure, "judge": judge}[args.cmd](args)
+    return {"pool": pool, "measure": measure, "judge": judge, "fit": fit}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -60,3 +60,20 @@ def test_measure_without_a_gpu_is_one_error_line(tmp_path, capsys):
     assert gpu_holdout.main(["measure", str(tmp_path / "p.csv"), "--out", str(tmp_path / "r.jsonl")]) == 2
     assert capsys.readouterr().err.strip().startswith("gpu_holdout: error: no CUDA device")
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_fit_scores_measured_rows_with_the_physics_model_fitted_on_the_pack(tmp_path, capsys):
+    """``fit``: the physics model fitted here on the pack's GPU rows scores a file of measured rows per family."""
+    from data.reference import load_reference
+
+    pack = load_reference()
+    rows = pack[(pack["hardware"] == "H200-SXM") & (pack["status"] == "ok")].head(30)
+    path = tmp_path / "rows.jsonl"
+    rows.to_json(path, orient="records", lines=True)
+    assert gpu_holdout.main(["fit", str(path), "--trees", "10", "--cap", "3"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith(str(path)))
+    assert "(H200-SXM)" in line and "family:gemm" in line
+    fitted = int(out.split("fitted on ")[1].split(" real GPU rows")[0])
+    assert 15 * 3 < fitted < 1000  # at most 3 rows per source, GPU, op and dtype: every GPU, a few rows each
+    assert 0 < float(line.split(": all ")[1].split(",")[0]) < 100

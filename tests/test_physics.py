@@ -86,6 +86,23 @@ def test_tensor_core_peak_scales_with_operand_alignment(registry):
     assert c[4] / c[3] == pytest.approx(1.0, rel=0.01)  # CUDA cores: no step
 
 
+def test_conv_channels_do_not_cap_the_tensor_feed(registry):
+    """cuDNN pads the channels of its tensor-core conv tiles (features.physics.ALIGNED_FEED_FAMILIES): 63 channels in
+    bf16 cost their FLOPs at the tensor peak as 64 do; the learner still reads the alignment."""
+    conv = {"batch": 32, "h": 56, "w": 56, "kernel": 3, "stride": 1, "padding": 1}
+    rows = pd.concat(
+        [
+            describe("conv2d", "H200-SXM", "bfloat16", c_in=64, c_out=64, **conv),
+            describe("conv2d", "H200-SXM", "bfloat16", c_in=63, c_out=63, **conv),
+        ],
+        ignore_index=True,
+    )
+    X = PhysicsFeaturizer(registry).transform(rows)
+    per_flop = X["compute_ms"] / X["flops"]
+    assert per_flop[1] / per_flop[0] == pytest.approx(1.0, rel=0.1)  # tile quantisation only, not 8x
+    assert list(X["log2_align_bytes"]) == [4.0, 1.0]
+
+
 def test_float32_convs_measured_with_pytorch_defaults_run_in_tf32(registry):
     """NeuSight measured with PyTorch's defaults (cuDNN TF32 on, matmul TF32 off): its float32 convs on a GPU with
     TF32 units are costed at the TF32 peak, its GEMMs and every conv on older GPUs stay IEEE; the project's own
