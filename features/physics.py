@@ -38,12 +38,12 @@ Background", tile and wave quantisation). Each wave costs one full tile per SM:
     t_compute(tile, s) = ceil(batch ceil(M/tm) ceil(N/tn) s / SMs) * 2 tm tn ceil(K/s) / (peak / SMs)
 
 and the library is assumed to pick the fastest of :data:`TILES` x :data:`SPLIT_K` (a lower bound of its choice).
-Memory: ``t_memory = bytes / bandwidth`` with bytes = inputs + weights + outputs once (``data.workloads``
-``count_cost``); ops without FLOPs (elementwise, norms, softmax, reductions) are memory time only. Physics time
-``physics_ms = max(t_compute, t_memory)``: a roofline with tile and wave quantisation. What physics misses
-(per-tile efficiency, ramp-up, L2 reuse, library heuristics, the launch floor) is left to the learner, which
-sees only dimensionless numbers: waves, tail-wave occupancy, tile fill, K depth, aspect ratios, alignment,
-operand layout, compute time over memory time, bytes over L2, dtype class, op family.
+Memory: ``t_memory = bytes / bandwidth`` with bytes = inputs + weights + outputs once (``data.costs.costs``, the
+closed forms equal to ``data.workloads.count_cost``); ops without FLOPs (elementwise, norms, softmax, reductions)
+are memory time only. Physics time ``physics_ms = max(t_compute, t_memory)``: a roofline with tile and wave
+quantisation. What physics misses (per-tile efficiency, ramp-up, L2 reuse, library heuristics, the launch floor) is
+left to the learner, which sees only dimensionless numbers: waves, tail-wave occupancy, tile fill, K depth, aspect
+ratios, alignment, operand layout, compute time over memory time, bytes over L2, dtype class, op family.
 
 Operand layout (:func:`layout_of`): a GEMM's A stored ``[k, m]`` (``transpose_a``) or B stored ``[n, k]``
 (``transpose_b``, ``nn.Linear``'s weight) is read along another axis, and the library runs another kernel for it
@@ -61,9 +61,9 @@ import numpy as np
 import pandas as pd
 
 from data.backends.sim_roofline import gemm_dims
-from data.costs import echo
+from data.costs import costs, echo
 from data.hardware import HardwareRegistry, HardwareSpec
-from data.workloads import OPS, SHAPE_PARAMS, count_cost
+from data.workloads import OPS, SHAPE_PARAMS
 from features.tabular import DTYPE_BYTES, FeatureError, TabularFeaturizer
 
 TILES = (
@@ -357,15 +357,23 @@ def _shape_table(df: pd.DataFrame) -> pd.DataFrame:
     records = []
     ops, dtypes = df["op"].to_numpy(object), df["dtype"].to_numpy(object)
     shapes = {p: df[p].to_numpy() for p in SHAPE_PARAMS}
-    for i in first:
-        op, dt = ops[i], dtypes[i]
+    # FLOPs and bytes in one vectorised pass of data.costs' closed forms (equal to count_cost's FlopCounterMode counts,
+    # tests/test_costs.py; ~4 ms a shape counted, 6 000+ distinct shapes in the main job's pack sample), each op at
+    # its shape parameters, the optional ones (groups, dilation, kv_len) at their defaults
+    unknown = [op for op in pd.unique(ops[first]) if OPS[op].family not in FAMILIES]
+    if unknown:
+        i = first[np.flatnonzero(ops[first] == unknown[0])[0]]
+        raise FeatureError(
+            f"row {i}: op {unknown[0]!r} (family {OPS[unknown[0]].family}) has no physics model; ops with one: "
+            f"{', '.join(PHYSICS_OPS)}"
+        )
+    required = {p for op in pd.unique(ops[first]) for p in OPS[op].params}
+    flops_of, bytes_of = costs(ops[first], {p: shapes[p][first] for p in required}, dtypes[first])
+    for j, i in enumerate(first):
+        op = ops[i]
         fam = OPS[op].family
-        if fam not in FAMILIES:
-            raise FeatureError(
-                f"row {i}: op {op!r} (family {fam}) has no physics model; ops with one: {', '.join(PHYSICS_OPS)}"
-            )
         params = {p: int(shapes[p][i]) for p in OPS[op].params}
-        flops, nbytes = count_cost(op, params, dt)
+        flops, nbytes = float(flops_of[j]), float(bytes_of[j])
         if op == "sdpa":
             dims = (
                 params["batch"] * params["heads"],
