@@ -154,6 +154,16 @@ TIMES = ("compute_ms", "memory_ms", "physics_ms", "latency_ms")
 # it. models.physics applies it as a lower bound of the kernel time, after the learned efficiency.
 ROW_LATENCY = {"layernorm": (1378.0, 2.24), "rmsnorm": (1378.0, 2.24), "softmax": (1348.0, 0.53)}
 ROWS_PER_SM = 64
+# A row-wise kernel's throughput bound on a GPU (in ``latency_ms`` too, :func:`element_bound_s`): PyTorch's softmax over
+# rows longer than 1024 elements (no longer the warp-per-row kernel: a block per row, up to 1024 threads, passes for
+# the max, the sum and the output) processes at most 1 / c elements per SM per cycle, whatever the dtype: a 16-bit
+# softmax takes as long as a 32-bit one of the same shape, not half (the bytes say half). Per op, ``(n from, c)``
+# pairs: rows of more than n elements take at least c cycles an element per SM at the spec's boost clock. The lower
+# envelope of the H200's kernels of 2e7+ elements (the H200 set and the cuda backend's, benchmarks/gpu_holdout.py):
+# 0.54-0.59 cycles at 1 940 elements a row (blocks of 256-512 threads, several rows per SM in flight), 0.80-1.20
+# from 4 096 (1 024-thread blocks); the H100's (never fitted on) 0.61-0.71 and 0.70-1.16. Never above a measured
+# kernel of the pack: NeuSight's float32 softmaxes on its 5 GPUs take 1.33-2.67 cycles an element (bandwidth-bound).
+ELEMENT_CYCLES = {"softmax": ((1024, 0.5), (4096, 0.8))}
 # The timing harness a runtime was measured with: a property of the harness and the software stack, not of the GPU,
 # that decides the launch floor under a short kernel. ``back_to_back``: windows of back-to-back calls through a
 # framework (PyTorch eager: the cuda backend, the H200 set; the CPU backend's blocked_autorange): the host's dispatch
@@ -429,6 +439,21 @@ def row_latency_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray
     return out
 
 
+def element_bound_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray, clock_hz: np.ndarray) -> np.ndarray:
+    """Per row the throughput bound (s) of a row-wise kernel on a GPU (:data:`ELEMENT_CYCLES`; 0 for other ops, rows
+    no longer than the first length, and where ``clock_hz`` is 0: a CPU)."""
+    out = np.zeros(len(ops))
+    for op, steps in ELEMENT_CYCLES.items():
+        i = (ops == op) & (clock_hz > 0)
+        if not i.any():
+            continue
+        cycles = np.zeros(int(i.sum()))
+        for longer_than, c in steps:
+            cycles = np.where(n[i] > longer_than, c, cycles)
+        out[i] = np.maximum(m[i], 1) * n[i] * cycles / (sms[i] * clock_hz[i])
+    return out
+
+
 def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFrame:
     """The physics frame of a description frame already normalised by ``TabularFeaturizer.check``."""
     shp = _shape_table(df)
@@ -490,7 +515,10 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
     clock = np.where(hw["gpu"] > 0, hw["clock"], 0.0)  # a CPU has no row-walk bound
-    X["latency_ms"] = row_latency_s(ops, df["m"].to_numpy(float), df["n"].to_numpy(float), hw["sms"], clock) * 1e3
+    rows, row = df["m"].to_numpy(float), df["n"].to_numpy(float)
+    X["latency_ms"] = 1e3 * np.maximum(
+        row_latency_s(ops, rows, row, hw["sms"], clock), element_bound_s(ops, rows, row, hw["sms"], clock)
+    )
     X["harness_index"] = harness_of(df)
     return pd.DataFrame(X)
 

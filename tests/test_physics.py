@@ -843,6 +843,33 @@ def test_a_row_wise_kernel_of_few_rows_is_bound_by_one_rows_walk(registry):
     assert Xc["latency_ms"][0] == 0
 
 
+def test_a_softmax_of_long_rows_is_bound_by_elements_per_sm_cycle(registry):
+    """Rows longer than 1024 elements: a softmax takes at least c cycles an element per SM (features.physics
+    ELEMENT_CYCLES), so a 16-bit one is bound as long as a 32-bit one of its shape, where its bytes say half; rows of
+    1024 and fewer, other ops and CPUs have no such bound; the model predicts at least the bound."""
+    from features.physics import ELEMENT_CYCLES
+
+    h200 = registry.get("H200-SXM")
+    rows = [
+        describe("softmax", "H200-SXM", "bfloat16", m=58387, n=8192),
+        describe("softmax", "H200-SXM", "float32", m=58387, n=8192),
+        describe("softmax", "H200-SXM", "bfloat16", m=58387, n=2048),
+        describe("softmax", "H200-SXM", "bfloat16", m=58387, n=1024),
+        describe("gelu", "H200-SXM", "bfloat16", m=58387, n=8192),
+    ]
+    X = PhysicsFeaturizer(registry).transform(pd.concat(rows, ignore_index=True))
+    (_, c_short), (_, c_long) = ELEMENT_CYCLES["softmax"]
+    per_cycle = h200.sm_count * h200.boost_clock_mhz * 1e6
+    assert X["latency_ms"][0] == pytest.approx(58387 * 8192 * c_long / per_cycle * 1e3)  # ~1.4 ms
+    assert X["latency_ms"][1] == X["latency_ms"][0]
+    assert X["memory_ms"][0] == pytest.approx(X["memory_ms"][1] / 2)
+    assert X["latency_ms"][0] > 2 * X["memory_ms"][0]  # 1.9 GB over 4.8 TB/s: 0.4 ms
+    assert X["latency_ms"][2] == pytest.approx(58387 * 2048 * c_short / per_cycle * 1e3)
+    assert X["latency_ms"][3] < X["memory_ms"][3]  # a warp a row: the row walk only, no element bound
+    assert X["latency_ms"][4] == 0
+    assert np.all(fitted().predict(X)[:3] >= X["latency_ms"][:3].to_numpy())
+
+
 def test_interval_folds_in_parallel_processes_equal_one_process():
     """The interval widening's folds run in ``n_jobs`` processes (one XGBoost thread each) and give what one process
     gives; the hardware keys (one string per spec position, formatted once per GPU) name each row's spec."""
