@@ -164,6 +164,14 @@ ROWS_PER_SM = 64
 # from 4 096 (1 024-thread blocks); the H100's (never fitted on) 0.61-0.71 and 0.70-1.16. Never above a measured
 # kernel of the pack: NeuSight's float32 softmaxes on its 5 GPUs take 1.33-2.67 cycles an element (bandwidth-bound).
 ELEMENT_CYCLES = {"softmax": ((1024, 0.5), (4096, 0.8))}
+# An elementwise op's math bound on a GPU (in ``latency_ms`` too, :func:`element_math_s`): PyTorch computes a 16-bit
+# GELU in float32 (erf: a few dozen instructions an element), so it is bound by the CUDA cores where its bytes are
+# few: at least F FLOP-equivalents an element at the spec's fp32 FMA peak, whatever the dtype. Fitted on the H200
+# (its set and the cuda backend's kernels of 2e7+ elements): bf16 / fp16 GELU at 0.32-0.37 cycles an element per SM
+# (128 fp32 lanes: 82-95 FLOP-equivalents an element; 0.62-0.67 of the bandwidth), float32 bandwidth-bound (0.85-0.88).
+# The H100's (never fitted on): 16-bit 0.35-0.41 cycles, nearer its lower bandwidth (0.77-0.88). NeuSight's float32
+# GELUs (5 GPUs, 64-128 lanes an SM) are bandwidth-bound and above the bound.
+ELEMENT_FLOPS = {"gelu": 80.0}
 # The timing harness a runtime was measured with: a property of the harness and the software stack, not of the GPU,
 # that decides the launch floor under a short kernel. ``back_to_back``: windows of back-to-back calls through a
 # framework (PyTorch eager: the cuda backend, the H200 set; the CPU backend's blocked_autorange): the host's dispatch
@@ -454,6 +462,17 @@ def element_bound_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarr
     return out
 
 
+def element_math_s(
+    ops: np.ndarray, m: np.ndarray, n: np.ndarray, fp32_flops: np.ndarray, gpu: np.ndarray
+) -> np.ndarray:
+    """Per row the math bound (s) of an elementwise op on a GPU (:data:`ELEMENT_FLOPS`; 0 for other ops and CPUs)."""
+    out = np.zeros(len(ops))
+    for op, f in ELEMENT_FLOPS.items():
+        i = (ops == op) & (gpu > 0) & (fp32_flops > 0)
+        out[i] = np.maximum(m[i], 1) * n[i] * f / fp32_flops[i]
+    return out
+
+
 def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFrame:
     """The physics frame of a description frame already normalised by ``TabularFeaturizer.check``."""
     shp = _shape_table(df)
@@ -516,8 +535,12 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
     clock = np.where(hw["gpu"] > 0, hw["clock"], 0.0)  # a CPU has no row-walk bound
     rows, row = df["m"].to_numpy(float), df["n"].to_numpy(float)
-    X["latency_ms"] = 1e3 * np.maximum(
-        row_latency_s(ops, rows, row, hw["sms"], clock), element_bound_s(ops, rows, row, hw["sms"], clock)
+    X["latency_ms"] = 1e3 * np.maximum.reduce(
+        [
+            row_latency_s(ops, rows, row, hw["sms"], clock),
+            element_bound_s(ops, rows, row, hw["sms"], clock),
+            element_math_s(ops, rows, row, hw["fp32"], hw["gpu"]),
+        ]
     )
     X["harness_index"] = harness_of(df)
     return pd.DataFrame(X)

@@ -866,8 +866,29 @@ def test_a_softmax_of_long_rows_is_bound_by_elements_per_sm_cycle(registry):
     assert X["latency_ms"][0] > 2 * X["memory_ms"][0]  # 1.9 GB over 4.8 TB/s: 0.4 ms
     assert X["latency_ms"][2] == pytest.approx(58387 * 2048 * c_short / per_cycle * 1e3)
     assert X["latency_ms"][3] < X["memory_ms"][3]  # a warp a row: the row walk only, no element bound
-    assert X["latency_ms"][4] == 0
+    assert X["latency_ms"][4] > 0  # a GELU: its math bound (the next test)
     assert np.all(fitted().predict(X)[:3] >= X["latency_ms"][:3].to_numpy())
+
+
+def test_a_16_bit_gelu_is_bound_by_its_float32_math(registry):
+    """A GELU takes at least F FLOP-equivalents an element at the fp32 FMA peak (features.physics.ELEMENT_FLOPS),
+    whatever its dtype: the bound of a bf16 one is that of a float32 one and above its bytes' time on an H200;
+    an add has none, nor a CPU."""
+    from features.physics import ELEMENT_FLOPS
+
+    h200 = registry.get("H200-SXM")
+    rows = [
+        describe("gelu", "H200-SXM", "bfloat16", m=107815, n=768),
+        describe("gelu", "H200-SXM", "float32", m=107815, n=768),
+        describe("add", "H200-SXM", "bfloat16", m=107815, n=768),
+    ]
+    X = PhysicsFeaturizer(registry).transform(pd.concat(rows, ignore_index=True))
+    bound = 107815 * 768 * ELEMENT_FLOPS["gelu"] / h200.peak_flops("float32") * 1e3
+    assert X["latency_ms"][0] == pytest.approx(bound) and X["latency_ms"][1] == pytest.approx(bound)
+    assert X["memory_ms"][0] < bound < X["memory_ms"][1]  # 16-bit: the math binds; 32-bit: the bytes
+    assert X["latency_ms"][2] == 0
+    cpu, reg = cpu_rows()
+    assert PhysicsFeaturizer(reg).transform(describe("gelu", cpu["hardware"][0], m=1000, n=768))["latency_ms"][0] == 0
 
 
 def test_interval_folds_in_parallel_processes_equal_one_process():
