@@ -22,7 +22,8 @@ same way: its float32 3x3 convolutions run at 22 TFLOP/s, a third of the fp32 FM
 Operand alignment on tensor cores (:func:`alignment_factor`): tensor-core kernels feed their operands with 16-byte
 vector loads (``cp.async`` / TMA); a contiguous row whose length is not a multiple of 16 bytes forces narrower loads
 (or a fallback kernel), and the operand feed, not the math, bounds the kernel: the tensor peak is scaled by
-``align_bytes / 16`` (NVIDIA's guidance to keep fp16 dims multiples of 8). Measured on the H200 set (large GEMMs,
+``min(align_bytes, 4) / 16`` below 16 bytes (NVIDIA's guidance to keep fp16 dims multiples of 8; an 8-byte row runs
+the 4-byte kernel, :data:`NARROW_LOAD_BYTES`). Measured on the H200 set (large GEMMs,
 achieved / tensor peak): bf16 rows aligned to 2 / 4 / 16 bytes 0.13 / 0.20 / 0.77, tf32 4 / 16 bytes 0.22 / 0.63;
 float32 on the CUDA cores shows no such step (0.65 / 0.62). The learner corrects what the law misses. Not for
 convolutions (:data:`ALIGNED_FEED_FAMILIES`): cuDNN's tensor-core kernels read NHWC tiles with the channels padded
@@ -82,6 +83,11 @@ TILES = (
 SPLIT_K = (1, 2, 4, 8, 16)
 MIN_K_PER_SPLIT = 64  # a K slice shorter than this is not worth a split (the library's own lower limit is similar)
 ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
+# Below 16 bytes the library's tensor-core kernels load at most this many bytes at a time: an 8-byte-aligned row runs
+# as a 4-byte-aligned one. Measured (GEMMs of 3+ GFLOP, achieved / tensor peak, 90th percentile; 16-bit and tf32):
+# 4-byte rows 0.21-0.23 and 8-byte rows 0.22-0.24 alike on the H100 and the H200 (the cuda backend's kernels and the
+# H200 set's), 16-byte rows 0.41-0.74, 2-byte 0.12-0.13; the law with 8 / 16 for 8-byte rows put their time at half.
+NARROW_LOAD_BYTES = 4
 GEMM_FAMILIES = ("gemm", "conv", "attention")
 # the families whose tensor-core peak is scaled by their operands' alignment (module docstring): not convolutions.
 # Measured (the physics model fitted on the main job's GPU pack sample, scored on 2 160 random kernels timed with the
@@ -319,9 +325,10 @@ TENSOR_MODES = ("tf32", "tensor16")  # the math modes that run on tensor / matri
 
 
 def alignment_factor(mode: np.ndarray, align_bytes: np.ndarray) -> np.ndarray:
-    """Share of the tensor peak a GEMM-like kernel can feed: ``align_bytes / 16`` on tensor cores (module docstring),
-    1 on the CUDA cores."""
-    return np.where(np.isin(mode, TENSOR_MODES), np.minimum(align_bytes, ALIGN_CAP_BYTES) / ALIGN_CAP_BYTES, 1.0)
+    """Share of the tensor peak a GEMM-like kernel can feed on tensor cores (module docstring): 1 for 16-byte rows,
+    else ``min(align_bytes, NARROW_LOAD_BYTES) / 16``; 1 on the CUDA cores."""
+    fed = np.where(align_bytes >= ALIGN_CAP_BYTES, ALIGN_CAP_BYTES, np.minimum(align_bytes, NARROW_LOAD_BYTES))
+    return np.where(np.isin(mode, TENSOR_MODES), fed / ALIGN_CAP_BYTES, 1.0)
 
 
 def _ceil_div(a, b):

@@ -70,19 +70,23 @@ def test_effective_peak_follows_the_cuda_backends_math_modes(registry):
 
 def test_tensor_core_peak_scales_with_operand_alignment(registry):
     """On tensor cores a row that is not a multiple of 16 bytes cuts the feed: an odd K in bf16 (2-byte rows) costs
-    8x the aligned time; float32 on the CUDA cores keeps its peak; the aligned 4096^3 bf16 GEMM is at the peak."""
+    8x the aligned time, 4- and 8-byte rows 4x; float32 on the CUDA cores keeps its peak; the aligned 4096^3 bf16 GEMM
+    is at the peak."""
     shapes = [
         describe("matmul", "H200-SXM", "bfloat16", m=4096, n=4096, k=4096),
         describe("matmul", "H200-SXM", "bfloat16", m=4096, n=4096, k=4095),
         describe("matmul", "H200-SXM", "bfloat16", m=4096, n=4096, k=4094),
         describe("matmul", "H200-SXM", "float32", m=4096, n=4096, k=4096),
         describe("matmul", "H200-SXM", "float32", m=4096, n=4096, k=4095),
+        describe("matmul", "H200-SXM", "bfloat16", m=4096, n=4096, k=4092),
     ]
     X = PhysicsFeaturizer(registry).transform(pd.concat(shapes, ignore_index=True))
     c = X["compute_ms"].to_numpy()
     assert c[0] == pytest.approx(2 * 4096**3 / 989.4e12 * 1e3, rel=0.02)
     assert c[1] / c[0] == pytest.approx(8.0, rel=0.01)  # 2-byte rows: 2 / 16 of the feed
     assert c[2] / c[0] == pytest.approx(4.0, rel=0.01)  # 4-byte rows
+    assert c[5] / c[0] == pytest.approx(4.0, rel=0.01)  # 8-byte rows run the 4-byte kernel (NARROW_LOAD_BYTES)
+    assert X["log2_align_bytes"][5] == 3.0  # the learner still tells them apart
     assert c[4] / c[3] == pytest.approx(1.0, rel=0.01)  # CUDA cores: no step
 
 
