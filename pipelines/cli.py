@@ -539,7 +539,7 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--promote", action="store_true", help="move the alias (e.g. @champion) to the new version")
     p.add_argument(
         "--method",
-        choices=("auto", "refit", "correction"),
+        choices=("auto", "refit", "correction"),  # models.physics.CALIBRATION_METHODS (tests/test_cli.py)
         default="auto",
         help="auto (default): whichever of none, a correction and a refit does best out of fold on the rows",
     )

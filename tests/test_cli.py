@@ -232,3 +232,14 @@ def test_issue_inputs_give_one_short_line(tiny_run, tmp_path, capsys, name, cont
     if name.endswith(".mlir"):  # featurize reads through the same boundary
         rc, _, stderr = cli_in_process(capsys, "featurize", str(src), "--hardware", "T4")
         assert rc == 2 and stderr.count("\n") == 1 and msg in stderr, stderr[-2000:]
+
+
+def test_calibrate_method_choices_are_the_models(capsys):
+    """`costmodel calibrate --method` offers exactly models.physics.CALIBRATION_METHODS (the CLI names them itself so
+    that parsing needs no model import)."""
+    from models.physics import CALIBRATION_METHODS
+    from pipelines.cli import build_parser
+
+    calibrate = build_parser()._subparsers._group_actions[0].choices["calibrate"]
+    method = next(a for a in calibrate._actions if a.dest == "method")
+    assert tuple(method.choices) == CALIBRATION_METHODS and method.default == CALIBRATION_METHODS[0]
