@@ -234,7 +234,7 @@ def test_issue_inputs_give_one_short_line(tiny_run, tmp_path, capsys, name, cont
         assert rc == 2 and stderr.count("\n") == 1 and msg in stderr, stderr[-2000:]
 
 
-def test_calibrate_method_choices_are_the_models(capsys):
+def test_calibrate_method_choices_are_the_models():
     """`costmodel calibrate --method` offers exactly models.physics.CALIBRATION_METHODS (the CLI names them itself so
     that parsing needs no model import)."""
     from models.physics import CALIBRATION_METHODS
