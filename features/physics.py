@@ -29,7 +29,9 @@ float32 on the CUDA cores shows no such step (0.65 / 0.62). The learner corrects
 convolutions (:data:`ALIGNED_FEED_FAMILIES`): cuDNN's tensor-core kernels read NHWC tiles with the channels padded
 to the vector width (a PyTorch NCHW input is transformed first), so an odd channel count does not narrow their loads:
 with the cuda backend, float16 / bfloat16 convolutions over 2 GFLOP with channels aligned to 2 bytes ran at up to
-0.31 of the tensor peak on an H100 (median 0.05), 2.5x the law's cap of 2 / 16. The alignment stays a learner input.
+0.31 of the tensor peak on an H200 (2.5x the law's cap of 2 / 16; on an H100 at most 0.125), median 0.05 on both.
+The alignment stays a learner input: without the cap the two GPUs' 16-bit convs come out at 0.67-0.72 of their time
+(median), with it at 1.36-1.71 for the large misaligned ones.
 
 GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM, ``data.backends.sim_roofline.gemm_dims``; attention
 as the two GEMMs of a fused kernel, M = seq, N = head_dim, K = 2 seq, half of K when causal) are split into output
