@@ -471,13 +471,12 @@ def element_bound_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarr
     return out
 
 
-def element_math_s(
-    ops: np.ndarray, m: np.ndarray, n: np.ndarray, fp32_flops: np.ndarray, gpu: np.ndarray
-) -> np.ndarray:
-    """Per row the math bound (s) of an elementwise op on a GPU (:data:`ELEMENT_FLOPS`; 0 for other ops and CPUs)."""
+def element_math_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, fp32_flops: np.ndarray) -> np.ndarray:
+    """Per row the math bound (s) of an elementwise op on a GPU (:data:`ELEMENT_FLOPS`; 0 for other ops and where
+    ``fp32_flops`` is 0: a CPU)."""
     out = np.zeros(len(ops))
     for op, f in ELEMENT_FLOPS.items():
-        i = (ops == op) & (gpu > 0) & (fp32_flops > 0)
+        i = (ops == op) & (fp32_flops > 0)
         out[i] = np.maximum(m[i], 1) * n[i] * f / fp32_flops[i]
     return out
 
@@ -542,13 +541,14 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["flops"], X["bytes"] = flops, nbytes
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
-    clock = np.where(hw["gpu"] > 0, hw["clock"], 0.0)  # a CPU has no row-walk bound
-    rows, row = df["m"].to_numpy(float), df["n"].to_numpy(float)
+    gpu = hw["gpu"] > 0  # a CPU has none of these bounds
+    clock, fp32 = np.where(gpu, hw["clock"], 0.0), np.where(gpu, hw["fp32"], 0.0)
+    n_rows, row_len = df["m"].to_numpy(float), df["n"].to_numpy(float)
     X["latency_ms"] = 1e3 * np.maximum.reduce(
         [
-            row_latency_s(ops, rows, row, hw["sms"], clock),
-            element_bound_s(ops, rows, row, hw["sms"], clock),
-            element_math_s(ops, rows, row, hw["fp32"], hw["gpu"]),
+            row_latency_s(ops, n_rows, row_len, hw["sms"], clock),
+            element_bound_s(ops, n_rows, row_len, hw["sms"], clock),
+            element_math_s(ops, n_rows, row_len, fp32),
         ]
     )
     X["harness_index"] = harness_of(df)
