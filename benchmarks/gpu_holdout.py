@@ -167,18 +167,17 @@ def fit(args) -> int:
     import pandas as pd
     from hydra import compose, initialize_config_dir
 
-    from data.backends.reference import select
-    from data.reference import load_reference
+    from data.backends.reference import ReferenceBackend
     from features.physics import PhysicsFeaturizer, measurement_settings
     from pipelines import experiment
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("run", overrides=["model=[physics]", f"seed={args.seed}"])
     registry = experiment.hardware_registry(cfg)
-    pack = load_reference()
-    ref = cfg.collect.backend.reference
+    ref = cfg.collect.backend.reference  # the rows the main job's reference backend replays
     cap = {"": args.cap} if args.cap else dict(ref.cap)  # "": every source
-    rows = select(pack[pack["status"] == "ok"].reset_index(drop=True), cap=cap, seed=args.seed)
+    rows = ReferenceBackend(cap=cap, seed=ref.seed, exclude_hardware=ref.exclude_hardware).rows()
+    rows = rows[rows["status"] == "ok"].reset_index(drop=True)
     encoder = PhysicsFeaturizer(registry)
     trees = {"n_estimators": args.trees} if args.trees else {}
     model = experiment.build(experiment.model_entries(cfg)["physics"], interval_folds=False, keep_rows=0, **trees)
