@@ -20,11 +20,19 @@ rest; ``--choose model``: on the k rows ``costmodel calibrate --measure`` would 
 Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
 
     python benchmarks/gpu_holdout.py fit rows.jsonl [more.jsonl ...] [--seed 0]          # here: a change to the physics
+    python benchmarks/gpu_holdout.py probe --out probe.csv                                 # here: open questions
+    python benchmarks/gpu_holdout.py measure probe.csv --out probe.jsonl --seconds 240    # on the GPU
+    python benchmarks/gpu_holdout.py report probe.jsonl                                    # here: their answers
 
 ``fit`` (here): the physics model as the main job configures it (conf/model/physics.yaml), fitted on the main job's
 real GPU rows (the pack's sample of conf/collect/default.yaml at ``--seed``; no CPU rows, no split held out, no
 interval folds), scored on each file's rows from the spec sheet: what a change to the physics or the learner does to
 GPUs it never trained on, without a registry, in about 30 s.
+
+``probe`` (here): the workloads that answer what the measured rows left open (:data:`PROBES`), each question as pairs
+of one size with and without the property in question, in float32 and bfloat16, for ``measure`` (~200 workloads, a
+few minutes on a GPU). ``report`` prints what they measured: per row-wise op, dtype and row count the achieved
+GB/s by row length; per convolution shape the TFLOP/s by channel count and dtype.
 """
 
 from __future__ import annotations
@@ -93,6 +101,75 @@ def pool(args) -> int:
     frame = frame.iloc[np.random.default_rng(args.seed).permutation(len(frame))].drop(columns=["hardware"])
     frame.to_csv(args.out, index=False)
     print(f"{len(frame)} workloads -> {args.out}")
+    return 0
+
+
+# What the cuda-backend rows of an H100 and an H200 (stop 30) left open, as workloads (``probe``):
+# * row_alignment: large layernorms ran at 0.6-1.3 TB/s where the H200 set's ran at 1.8-2.4; every one of the former
+#   had an odd row length, every one of the latter a power of two (PyTorch's vectorised row kernels need a row length
+#   that is a multiple of the vector width). The same rows x length, n a power of two against n - 1 and n - 4.
+# * conv_channels: small 16-bit convolutions ran 1.17-1.40x slower than float32 ones of the same shapes; channels
+#   a multiple of 8 (cuDNN's NHWC tensor-core kernels) against an odd count, 16-bit against float32.
+PROBES = {
+    "row_alignment": {
+        "ops": ("layernorm", "softmax", "add"),
+        "rows": (512, 4096, 32768),
+        "lengths": (2048, 2047, 2044, 4096, 4095, 4092),
+    },
+    "conv_channels": {
+        "shapes": ({"batch": 8, "h": 28, "w": 28}, {"batch": 32, "h": 56, "w": 56}),
+        "channels": (64, 63, 128, 127),
+    },
+}
+PROBE_DTYPES = ("float32", "bfloat16")
+
+
+def probe(args) -> int:
+    import pandas as pd
+
+    rows = []
+    spec = PROBES["row_alignment"]
+    for op in spec["ops"]:
+        for m in spec["rows"]:
+            for n in spec["lengths"]:
+                rows += [{"question": "row_alignment", "op": op, "dtype": d, "m": m, "n": n} for d in PROBE_DTYPES]
+    spec = PROBES["conv_channels"]
+    for shape in spec["shapes"]:
+        for c in spec["channels"]:
+            conv = {"op": "conv2d", **shape, "c_in": c, "c_out": c, "kernel": 3, "stride": 1, "padding": 1}
+            rows += [{"question": "conv_channels", **conv, "dtype": d} for d in PROBE_DTYPES]
+    pd.DataFrame(rows).to_csv(args.out, index=False)
+    print(f"{len(rows)} probe workloads ({', '.join(PROBES)}) -> {args.out}")
+    return 0
+
+
+def report(args) -> int:
+    import pandas as pd
+
+    if not args.rows.is_file():
+        print(f"gpu_holdout: error: no such file: {args.rows}", file=sys.stderr)
+        return 2
+    rows = pd.read_json(args.rows, lines=True)
+    rows = rows[rows["status"] == "ok"] if "status" in rows else rows
+    if rows.empty:
+        print(f"gpu_holdout: error: no ok rows in {args.rows}", file=sys.stderr)
+        return 2
+    print(f"{args.rows}: {len(rows)} ok rows on {', '.join(rows['hardware'].unique())}")
+    for col in ("m", "n", "batch", "h", "c_in"):
+        if col in rows:
+            rows[col] = rows[col].astype("Int64")
+    wise = rows[rows["op"].isin(PROBES["row_alignment"]["ops"])]
+    if len(wise):
+        rate = (wise["bytes"] / wise["runtime_ms"] / 1e6).rename("GB/s")
+        table = wise.assign(rate=rate).pivot_table(index=["op", "dtype", "m"], columns="n", values="rate")
+        print("row-wise ops, achieved GB/s (bytes / runtime) by row length n:")
+        print(table.round(0).to_string())
+    conv = rows[rows["op"] == "conv2d"]
+    if len(conv):
+        rate = conv["flops"] / conv["runtime_ms"] / 1e9
+        table = conv.assign(rate=rate).pivot_table(index=["batch", "h", "c_in"], columns="dtype", values="rate")
+        print("conv2d 3x3, TFLOP/s by channels (c_in = c_out) and dtype:")
+        print(table.round(2).to_string())
     return 0
 
 
@@ -223,8 +300,14 @@ def main(argv=None) -> int:
     f.add_argument("--seed", type=int, default=0, help="the pack sample's seed (and the model's)")
     f.add_argument("--trees", type=int, default=None, help="n_estimators (default: conf/model/physics.yaml's)")
     f.add_argument("--cap", type=int, default=None, help="rows per source, GPU, op and dtype (default: the main job's)")
+    q = sub.add_parser("probe", help="write the workloads of the open questions (PROBES), a CSV for measure")
+    q.add_argument("--out", type=Path, required=True)
+    r = sub.add_parser("report", help="print what measured probe rows answer")
+    r.add_argument("rows", type=Path)
     args = ap.parse_args(argv)
-    return {"pool": pool, "measure": measure, "judge": judge, "fit": fit}[args.cmd](args)
+    return {"pool": pool, "measure": measure, "judge": judge, "fit": fit, "probe": probe, "report": report}[args.cmd](
+        args
+    )
 
 
 if __name__ == "__main__":

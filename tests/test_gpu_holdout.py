@@ -77,3 +77,41 @@ def test_fit_scores_measured_rows_with_the_physics_model_fitted_on_the_pack(tmp_
     fitted = int(out.split("fitted on ")[1].split(" real GPU rows")[0])
     assert 15 * 3 < fitted < 1000  # at most 3 rows per source, GPU, op and dtype: every GPU, a few rows each
     assert 0 < float(line.split(": all ")[1].split(",")[0]) < 100
+
+
+def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path, monkeypatch, registry, capsys):
+    """``probe``: every open question as pairs of one size with and without the property (a power-of-two row length
+    against an odd one; channels a multiple of 8 against an odd count), each workload valid for the physics frame;
+    measured (a slice, on the fake H100) and ``report``-ed as achieved rates by row length and by channels."""
+    from data.hardware import HardwareRegistry
+    from features.physics import PhysicsFeaturizer
+    from tests import fake_cuda
+
+    path = tmp_path / "probe.csv"
+    assert gpu_holdout.main(["probe", "--out", str(path)]) == 0
+    probe = pd.read_csv(path)
+    assert set(probe["question"]) == set(gpu_holdout.PROBES) and set(probe["dtype"]) == {"float32", "bfloat16"}
+    wise = probe[probe["question"] == "row_alignment"]
+    for _, group in wise.groupby(["op", "dtype", "m"]):
+        lengths = set(group["n"].astype(int))
+        assert {2048, 2047, 4096, 4095} <= lengths  # a power of two and the odd length next to it, same rows
+    conv = probe[probe["question"] == "conv_channels"]
+    assert {c % 8 for c in conv["c_in"].astype(int)} == {0, 7} and (conv["c_in"] == conv["c_out"]).all()
+    PhysicsFeaturizer(HardwareRegistry.from_dir(ROOT / "conf" / "hardware")).transform(
+        probe.drop(columns="question").assign(hardware="H100-SXM")
+    )  # every workload has a physics frame (raises otherwise)
+
+    part = probe[((probe["m"] == 512) & (probe["n"].isin([2048, 2047]))) | (probe["batch"] == 8)]
+    part.to_csv(tmp_path / "part.csv", index=False)
+    out = tmp_path / "probe.jsonl"
+    gpu = FakeGpu(busy_power_w=500.0, idle_power_w=70.0, name="NVIDIA H100 80GB HBM3", power_limit_w=700.0)
+    with fake_cuda.installed(monkeypatch, fake_cuda.FakeCudaDevice.from_spec(registry.get("H100-SXM"), gpu)):
+        assert gpu_holdout.main(["measure", str(tmp_path / "part.csv"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert gpu_holdout.main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"{len(part)} ok rows on H100-SXM" in text
+    assert "GB/s" in text and "2047" in text and "TFLOP/s" in text and "bfloat16" in text
+    (tmp_path / "empty.jsonl").write_text("")
+    assert gpu_holdout.main(["report", str(tmp_path / "empty.jsonl")]) == 2
+    assert gpu_holdout.main(["report", str(tmp_path / "missing.jsonl")]) == 2
