@@ -166,12 +166,14 @@ ROWS_PER_SM = 64
 # rows longer than 1024 elements (no longer the warp-per-row kernel: a block per row, up to 1024 threads, passes for
 # the max, the sum and the output) processes at most 1 / c elements per SM per cycle, whatever the dtype: a 16-bit
 # softmax takes as long as a 32-bit one of the same shape, not half (the bytes say half). Per op, ``(n from, c)``
-# pairs: rows of more than n elements take at least c cycles an element per SM at the spec's boost clock. The lower
+# pairs: rows of n elements or more take at least c cycles an element per SM at the spec's boost clock. The lower
 # envelope of the H200's kernels of 2e7+ elements (the H200 set and the cuda backend's, benchmarks/gpu_holdout.py):
 # 0.54-0.59 cycles at 1 940 elements a row (blocks of 256-512 threads, several rows per SM in flight), 0.80-1.20
-# from 4 096 (1 024-thread blocks); the H100's (never fitted on) 0.61-0.71 and 0.70-1.16. Never above a measured
-# kernel of the pack: NeuSight's float32 softmaxes on its 5 GPUs take 1.33-2.67 cycles an element (bandwidth-bound).
-ELEMENT_CYCLES = {"softmax": ((1024, 0.5), (4096, 0.8))}
+# from 4 096 (1 024-thread blocks: the H200 set's bf16 rows of exactly 4 096 at 0.80, bound at 0.5 until stop 34,
+# when the step was taken for rows longer than 4 096); the H100's (never fitted on) 0.61-0.71 and 0.70-1.16. Never
+# above a measured kernel of the pack: NeuSight's float32 softmaxes on its 5 GPUs take 1.33-2.67 cycles an element
+# (bandwidth-bound).
+ELEMENT_CYCLES = {"softmax": ((1025, 0.5), (4096, 0.8))}
 # An elementwise op's math bound on a GPU (in ``latency_ms`` too, :func:`element_math_s`): PyTorch computes a 16-bit
 # GELU in float32 (erf: a few dozen instructions an element), so it is bound by the CUDA cores where its bytes are
 # few: at least F FLOP-equivalents an element at the spec's fp32 FMA peak, whatever the dtype. Fitted on the H200
@@ -458,15 +460,15 @@ def row_latency_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray
 
 def element_bound_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray, clock_hz: np.ndarray) -> np.ndarray:
     """Per row the throughput bound (s) of a row-wise kernel on a GPU (:data:`ELEMENT_CYCLES`; 0 for other ops, rows
-    no longer than the first length, and where ``clock_hz`` is 0: a CPU)."""
+    shorter than the first length, and where ``clock_hz`` is 0: a CPU)."""
     out = np.zeros(len(ops))
     for op, steps in ELEMENT_CYCLES.items():
         i = (ops == op) & (clock_hz > 0)
         if not i.any():
             continue
         cycles = np.zeros(int(i.sum()))
-        for longer_than, c in steps:
-            cycles = np.where(n[i] > longer_than, c, cycles)
+        for n_from, c in steps:
+            cycles = np.where(n[i] >= n_from, c, cycles)
         out[i] = np.maximum(m[i], 1) * n[i] * cycles / (sms[i] * clock_hz[i])
     return out
 
