@@ -872,7 +872,7 @@ def test_a_softmax_of_long_rows_is_bound_by_elements_per_sm_cycle(registry):
     assert X["latency_ms"][2] == pytest.approx(58387 * 2048 * c_short / per_cycle * 1e3)
     assert X["latency_ms"][3] < X["memory_ms"][3]  # a warp a row: the row walk only, no element bound
     assert X["latency_ms"][4] > 0  # a GELU: its math bound (the next test)
-    # rows of exactly 4 096 take the long rows' bound (1 024-thread blocks): the H200 set's bf16 82 868 x 4 096 ran 1.05 ms
+    # rows of exactly 4 096 take the long rows' bound (1 024-thread blocks): the H200 set's bf16 82 868 x 4 096: 1.05 ms
     assert X["latency_ms"][5] == pytest.approx(82868 * 4096 * c_long / per_cycle * 1e3)  # 1.04 ms
     assert np.all(fitted().predict(X)[[0, 1, 2, 5]] >= X["latency_ms"][[0, 1, 2, 5]].to_numpy())
 
