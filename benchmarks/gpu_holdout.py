@@ -30,7 +30,7 @@ interval folds), scored on each file's rows from the spec sheet: what a change t
 GPUs it never trained on, without a registry, in about 30 s.
 
 ``probe`` (here): the workloads that answer what the measured rows left open (:data:`PROBES`), each question as pairs
-of one size with and without the property in question, in float32 and bfloat16, for ``measure`` (~200 workloads, a
+of one size with and without the property in question, in float32 and bfloat16, for ``measure`` (124 workloads, a
 few minutes on a GPU). ``report`` prints what they measured: per row-wise op, dtype and row count the achieved
 GB/s by row length; per convolution shape the TFLOP/s by channel count and dtype.
 """
