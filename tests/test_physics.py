@@ -770,6 +770,38 @@ def test_graph_rows_pull_the_measured_graph_floors_by_their_number(registry):
     assert floors["conv"] == pytest.approx(GRAPH_FLOORS_MS["conv"], rel=1e-12)
 
 
+def test_a_family_no_row_has_takes_its_floor_from_the_others_by_their_launch_ratios(registry):
+    """A family without training rows (check e's SDPAs, the held-out family split) gets the floor of each other family
+    of its harness times the measured ratio of the two families' graph floors (GRAPH_FLOORS_MS), the median over
+    them (models.physics.unseen_family_floor): on the pack's NeuSight and H200 rows without the SDPAs, the H200 set's
+    stream floor of SDPA comes out within 1.2x of the one its SDPA rows fit (27.8 us), where the median of the other
+    families' floors (the first rule) says 10 us."""
+    from data.backends.reference import select
+    from data.reference import load_reference
+    from models.physics import GRAPH_FLOORS_MS, estimate_floors, families_of, unseen_family_floor
+
+    assert unseen_family_floor({"gemm": 0.01}, "attention") == pytest.approx(
+        0.01 * GRAPH_FLOORS_MS["attention"] / GRAPH_FLOORS_MS["gemm"]
+    )
+    assert unseen_family_floor({"gemm": 0.01, "conv": 0.02, "softmax": 0.5}, "gemm") == pytest.approx(0.01)  # median
+    pack = load_reference()
+    rows = select(
+        pack[pack["status"] == "ok"].reset_index(drop=True),
+        sources=["neusight", "hopper"],
+        cap={"neusight": 10},
+        seed=0,
+    )
+    rows = rows.reset_index(drop=True)
+    X, y = PhysicsFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float)
+    seen = families_of(X) != "attention"
+    fitted = estimate_floors(X, y)["back_to_back"]
+    unseen = estimate_floors(X[seen].reset_index(drop=True), y[seen])["back_to_back"]
+    assert fitted["attention"] > 20e-3  # the H200 set's SDPAs: ~28 us a call in a stream
+    assert fitted["attention"] / 1.2 < unseen["attention"] < fitted["attention"] * 1.2
+    others = [unseen[f] for f in set(families_of(X[seen]))]
+    assert np.median(others) < fitted["attention"] / 2  # the first rule's floor
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_rows() -> tuple[pd.DataFrame, HardwareRegistry]:
     """36 real kernels timed on this machine's CPU (one thread) and a registry that knows it."""
