@@ -169,8 +169,8 @@ ROWS_PER_SM = 64
 # pairs: rows of n elements or more take at least c cycles an element per SM at the spec's boost clock. The lower
 # envelope of the H200's kernels of 2e7+ elements (the H200 set and the cuda backend's, benchmarks/gpu_holdout.py):
 # 0.54-0.59 cycles at 1 940 elements a row (blocks of 256-512 threads, several rows per SM in flight), 0.80-1.20
-# from 4 096 (1 024-thread blocks: the H200 set's bf16 rows of exactly 4 096 at 0.80, bound at 0.5 until stop 34,
-# when the step was taken for rows longer than 4 096); the H100's (never fitted on) 0.61-0.71 and 0.70-1.16. Never
+# from 4 096 (1 024-thread blocks: the H200 set's bf16 rows of exactly 4 096 at 0.80; until stop 34 the code took
+# this step only above 4 096 and bound them at 0.5); the H100's (never fitted on) 0.61-0.71 and 0.70-1.16. Never
 # above a measured kernel of the pack: NeuSight's float32 softmaxes on its 5 GPUs take 1.33-2.67 cycles an element
 # (bandwidth-bound).
 ELEMENT_CYCLES = {"softmax": ((1025, 0.5), (4096, 0.8))}
