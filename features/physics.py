@@ -91,6 +91,17 @@ ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains no
 # H200 set's), 16-byte rows 0.41-0.74, 2-byte 0.12-0.13; the law with 8 / 16 for 8-byte rows put their time at half.
 NARROW_LOAD_BYTES = 4
 GEMM_FAMILIES = ("gemm", "conv", "attention")
+# A convolution whose input channels fill less than one 16-byte vector (fewer than 8 in float16 / bfloat16, 4 in tf32:
+# a network's stem on RGB images, c_in = 3, or a spectrogram's, c_in = 1) runs on the CUDA cores at the fp32 FMA peak,
+# not the tensor cores (the rates say so: padded to 8 channels on the tensor cores, a stem would cost 8 / 3 of its
+# FLOPs at the tensor rate, still 10x faster than measured). Measured, 16-bit convs with c_in 1 or 3 over 1 GFLOP
+# (DeepBench, the H200 set): V100 2.7-8.1
+# TFLOP/s (0.17-0.52 of its fp32 peak, 0.02-0.07 of its tensor peak), T4 1.0-3.2 (0.13-0.40 / 0.02-0.05), the H200
+# 12-19 (0.18-0.29 / 0.01-0.02; its float32 3x3 convs run at 0.33 of the fp32 peak), P100 (no tensor cores) 6.4-12 on
+# its half2 path; convs of 16+ channels, odd counts included, run on the tensor cores (module docstring: up to 0.31 of
+# their peak). Check (e): conv 29.9 -> 24.5% MAPE (the H200's bf16 stem 0.35 -> 0.65 of its time, fp16 ViT patch
+# embedding 0.24 -> 0.89), all 19.1 -> 18.5; (a_all_dtypes) conv 32.9 -> 28.1.
+MIN_TC_CONV_BYTES = 16
 # the families whose tensor-core peak is scaled by their operands' alignment (module docstring): not convolutions.
 # Measured (the physics model fitted on the main job's GPU pack sample, scored on 2 160 random kernels timed with the
 # cuda backend on each of an H100 and an H200, seeds 0 / 1): 16-bit convolutions of the H200 66.6 / 62.2 -> 36.9 /
@@ -490,6 +501,14 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     hw = _hardware_table(df, registry, fam)
     dtype = df["dtype"].to_numpy(object)
     dbytes = np.array([DTYPE_BYTES[d] for d in dtype], float)
+    # a conv with fewer input channels than one 16-byte vector holds runs on the CUDA cores (:data:`MIN_TC_CONV_BYTES`)
+    off = (
+        (fam == "conv")
+        & np.isin(hw["mode"], TENSOR_MODES)
+        & (shp["row_a"].to_numpy(float) * dbytes < MIN_TC_CONV_BYTES)
+    )
+    hw["peak"] = np.where(off, hw["fp32"], hw["peak"])
+    hw["mode"] = np.where(off, np.where(hw["mode"] == "tf32", "fp32", "fp32_acc16"), hw["mode"])
     flops, nbytes = shp["flops"].to_numpy(float), shp["bytes"].to_numpy(float)
     batch, m, n, k = (shp[c].to_numpy(np.int64) for c in ("g_batch", "g_m", "g_n", "g_k"))
     is_gemm = np.isin(fam, GEMM_FAMILIES)

@@ -107,6 +107,46 @@ def test_conv_channels_do_not_cap_the_tensor_feed(registry):
     assert list(X["log2_align_bytes"]) == [4.0, 1.0]
 
 
+def test_a_conv_of_few_input_channels_runs_on_the_cuda_cores(registry):
+    """A network's stem (c_in = 3) in bf16 / fp16 / tf32 fills less than one 16-byte vector of channels: it is costed
+    at the fp32 FMA peak in the 16-bit-on-FMA (or fp32) math mode, where 8 channels of 16-bit and 4 of tf32 stay on
+    the tensor cores. The law's measurements (features.physics.MIN_TC_CONV_BYTES): every 16-bit conv of the pack with
+    c_in < 8 on a GPU with tensor cores, above 1 GFLOP, runs at 0.1-0.6 of its fp32 peak and under 0.07 of its
+    tensor peak."""
+    from data.reference import load_reference
+    from features.physics import MIN_TC_CONV_BYTES, has_matrix_units
+
+    stem = {"batch": 8, "h": 224, "w": 224, "kernel": 7, "stride": 2, "padding": 3, "c_out": 64}
+    rows = pd.concat(
+        [
+            describe("conv2d", "H200-SXM", "bfloat16", c_in=3, **stem),
+            describe("conv2d", "H200-SXM", "bfloat16", c_in=8, **stem),
+            describe("conv2d", "H200-SXM", "tf32", c_in=3, **stem),
+            describe("conv2d", "H200-SXM", "tf32", c_in=4, **stem),
+            describe("conv2d", "H200-SXM", "float32", c_in=3, **stem),
+        ],
+        ignore_index=True,
+    )
+    X = PhysicsFeaturizer(registry).transform(rows)
+    assert list(X["mode_fp32_acc16"]) == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert list(X["mode_tf32"]) == [0.0, 0.0, 0.0, 1.0, 0.0]
+    assert list(X["mode_tensor16"]) == [0.0, 1.0, 0.0, 0.0, 0.0]
+    per_flop = (X["compute_ms"] / X["flops"]).to_numpy()
+    assert per_flop[0] == pytest.approx(per_flop[4], rel=1e-9) and per_flop[2] == pytest.approx(per_flop[4], rel=1e-9)
+    assert per_flop[1] < per_flop[0] / 5 and per_flop[3] < per_flop[2] / 5
+    pack = load_reference()
+    conv = pack[(pack["status"] == "ok") & (pack["op"] == "conv2d") & pack["dtype"].isin(["float16", "bfloat16"])]
+    few = conv[conv["c_in"] * 2 < MIN_TC_CONV_BYTES]
+    few = few[[has_matrix_units(registry.get(h)) for h in few["hardware"]]]
+    assert set(few["hardware"]) >= {"V100-SXM2-16GB", "T4", "H200-SXM"}
+    rate = few["flops"] / (few["runtime_ms"] * 1e-3)
+    fp32 = np.array([registry.get(h).peak_flops("float32") for h in few["hardware"]])
+    tensor = np.array([registry.get(h).peak_tflops["float16"] * 1e12 for h in few["hardware"]])
+    big = (few["flops"] > 1e9).to_numpy()  # above the launch floor
+    assert ((rate / fp32)[big] > 0.1).all() and ((rate / fp32)[big] < 0.6).all()
+    assert ((rate / tensor)[big] < 0.07).all()
+
+
 def test_float32_convs_measured_with_pytorch_defaults_run_in_tf32(registry):
     """NeuSight measured with PyTorch's defaults (cuDNN TF32 on, matmul TF32 off): its float32 convs on a GPU with
     TF32 units are costed at the TF32 peak, its GEMMs and every conv on older GPUs stay IEEE; the project's own
