@@ -110,6 +110,10 @@ def pool(args) -> int:
 #   that is a multiple of the vector width). The same rows x length, n a power of two against n - 1 and n - 4.
 # * conv_channels: small 16-bit convolutions ran 1.17-1.40x slower than float32 ones of the same shapes; channels
 #   a multiple of 8 (cuDNN's NHWC tensor-core kernels) against an odd count, 16-bit against float32.
+# * stem_channels (stop 35): 16-bit convolutions with 1 or 3 input channels run on the CUDA cores (0.13-0.52 of the
+#   fp32 peak, 0.01-0.07 of the tensor peak; features.physics.MIN_TC_CONV_BYTES), those of 16+ on the tensor cores;
+#   no row says where between 3 and 16 the tensor-core path starts, nor what tf32 does. A ResNet stem (7x7 stride 2)
+#   with 1-16 input channels in float32, tf32 and bfloat16.
 PROBES = {
     "row_alignment": {
         "ops": ("layernorm", "softmax", "add"),
@@ -119,6 +123,11 @@ PROBES = {
     "conv_channels": {
         "shapes": ({"batch": 8, "h": 28, "w": 28}, {"batch": 32, "h": 56, "w": 56}),
         "channels": (64, 63, 128, 127),
+    },
+    "stem_channels": {
+        "shape": {"batch": 8, "h": 224, "w": 224, "c_out": 64, "kernel": 7, "stride": 2, "padding": 3},
+        "channels": (1, 3, 4, 6, 8, 16),
+        "dtypes": ("float32", "tf32", "bfloat16"),
     },
 }
 PROBE_DTYPES = ("float32", "bfloat16")
@@ -138,6 +147,12 @@ def probe(args) -> int:
         for c in spec["channels"]:
             conv = {"op": "conv2d", **shape, "c_in": c, "c_out": c, "kernel": 3, "stride": 1, "padding": 1}
             rows += [{"question": "conv_channels", **conv, "dtype": d} for d in PROBE_DTYPES]
+    spec = PROBES["stem_channels"]
+    for c in spec["channels"]:
+        rows += [
+            {"question": "stem_channels", "op": "conv2d", **spec["shape"], "c_in": c, "dtype": d}
+            for d in spec["dtypes"]
+        ]
     pd.DataFrame(rows).to_csv(args.out, index=False)
     print(f"{len(rows)} probe workloads ({', '.join(PROBES)}) -> {args.out}")
     return 0
@@ -155,7 +170,7 @@ def report(args) -> int:
         print(f"gpu_holdout: error: no ok rows in {args.rows}", file=sys.stderr)
         return 2
     print(f"{args.rows}: {len(rows)} ok rows on {', '.join(rows['hardware'].unique())}")
-    for col in ("m", "n", "batch", "h", "c_in"):
+    for col in ("m", "n", "batch", "h", "c_in", "c_out", "kernel"):
         if col in rows:
             rows[col] = rows[col].astype("Int64")
     wise = rows[rows["op"].isin(PROBES["row_alignment"]["ops"])]
@@ -167,8 +182,10 @@ def report(args) -> int:
     conv = rows[rows["op"] == "conv2d"]
     if len(conv):
         rate = conv["flops"] / conv["runtime_ms"] / 1e9
-        table = conv.assign(rate=rate).pivot_table(index=["batch", "h", "c_in"], columns="dtype", values="rate")
-        print("conv2d 3x3, TFLOP/s by channels (c_in = c_out) and dtype:")
+        table = conv.assign(rate=rate).pivot_table(
+            index=["kernel", "batch", "h", "c_in", "c_out"], columns="dtype", values="rate"
+        )
+        print("conv2d, TFLOP/s by kernel, shape, channels and dtype:")
         print(table.round(2).to_string())
     return 0
 

@@ -90,18 +90,26 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
     path = tmp_path / "probe.csv"
     assert gpu_holdout.main(["probe", "--out", str(path)]) == 0
     probe = pd.read_csv(path)
-    assert set(probe["question"]) == set(gpu_holdout.PROBES) and set(probe["dtype"]) == {"float32", "bfloat16"}
+    assert set(probe["question"]) == set(gpu_holdout.PROBES)
+    assert set(probe["dtype"]) == {"float32", "bfloat16", "tf32"}
     wise = probe[probe["question"] == "row_alignment"]
     for _, group in wise.groupby(["op", "dtype", "m"]):
         lengths = set(group["n"].astype(int))
         assert {2048, 2047, 4096, 4095} <= lengths  # a power of two and the odd length next to it, same rows
     conv = probe[probe["question"] == "conv_channels"]
     assert {c % 8 for c in conv["c_in"].astype(int)} == {0, 7} and (conv["c_in"] == conv["c_out"]).all()
+    stem = probe[probe["question"] == "stem_channels"]
+    for _, group in stem.groupby("dtype"):  # below, at and above one 16-byte vector of channels, one shape
+        assert {1, 3, 4, 8, 16} <= set(group["c_in"].astype(int)) and group["kernel"].nunique() == 1
     PhysicsFeaturizer(HardwareRegistry.from_dir(ROOT / "conf" / "hardware")).transform(
         probe.drop(columns="question").assign(hardware="H100-SXM")
     )  # every workload has a physics frame (raises otherwise)
 
-    part = probe[((probe["m"] == 512) & (probe["n"].isin([2048, 2047]))) | (probe["batch"] == 8)]
+    part = probe[
+        ((probe["m"] == 512) & (probe["n"].isin([2048, 2047])))
+        | (probe["batch"] == 8) & (probe["h"] == 28)
+        | (probe["question"] == "stem_channels") & probe["c_in"].isin([3, 8])
+    ]
     part.to_csv(tmp_path / "part.csv", index=False)
     out = tmp_path / "probe.jsonl"
     gpu = FakeGpu(busy_power_w=500.0, idle_power_w=70.0, name="NVIDIA H100 80GB HBM3", power_limit_w=700.0)
@@ -111,7 +119,7 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
     assert gpu_holdout.main(["report", str(out)]) == 0
     text = capsys.readouterr().out
     assert f"{len(part)} ok rows on H100-SXM" in text
-    assert "GB/s" in text and "2047" in text and "TFLOP/s" in text and "bfloat16" in text
+    assert "GB/s" in text and "2047" in text and "TFLOP/s" in text and "bfloat16" in text and "tf32" in text
     (tmp_path / "empty.jsonl").write_text("")
     assert gpu_holdout.main(["report", str(tmp_path / "empty.jsonl")]) == 2
     assert gpu_holdout.main(["report", str(tmp_path / "missing.jsonl")]) == 2
