@@ -193,6 +193,16 @@ ELEMENT_CYCLES = {"softmax": ((1025, 0.5), (4096, 0.8))}
 # The H100's (never fitted on): 16-bit 0.35-0.41 cycles, nearer its lower bandwidth (0.77-0.88). NeuSight's float32
 # GELUs (5 GPUs, 64-128 lanes an SM) are bandwidth-bound and above the bound.
 ELEMENT_FLOPS = {"gelu": 80.0}
+# Attention's softmax on the special-function units (in ``compute_ms``, :func:`attention_exp_s`): a fused attention
+# kernel (PyTorch's flash and memory-efficient SDPA: FlashAttention-2's schedule) evaluates one exponential per score
+# element between its two GEMMs, on the SFUs, which return 16 results per clock per SM (CUDA C Programming Guide,
+# arithmetic instruction throughput: exp2 / log2 / rcp on compute capability 5.x-9.0), and a warp does not overlap
+# them with its tensor-core GEMMs (FlashAttention-3 does, on Hopper; PyTorch 2.11's SDPA does not run it). So the time
+# is the GEMMs' plus score elements / (16 SMs clock): on an H200 in bf16, 0.92x the GEMMs' at head_dim 64 and 0.46x at
+# 128 (989 TFLOP/s of tensor math against 4.2 T exponentials a second; 4 head_dim FLOPs a score element). Measured on
+# the H200 set's 60 SDPAs (physics time / (runtime - floor), rows over 0.1 ms): head_dim 64 at 0.38-0.39, 128 at
+# 0.54-0.57 of the GEMMs alone; with the exponentials 0.73-0.76 and 0.79-0.83, no longer by head_dim.
+SFU_OPS_PER_SM_CLOCK = 16.0
 # The timing harness a runtime was measured with: a property of the harness and the software stack, not of the GPU,
 # that decides the launch floor under a short kernel. ``back_to_back``: windows of back-to-back calls through a
 # framework (PyTorch eager: the cuda backend, the H200 set; the CPU backend's blocked_autorange): the host's dispatch
@@ -469,6 +479,15 @@ def row_latency_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray
     return out
 
 
+def attention_exp_s(ops: np.ndarray, batch, m, k, sms: np.ndarray, clock_hz: np.ndarray) -> np.ndarray:
+    """Per row the time (s) of a fused attention's exponentials on the SFUs (:data:`SFU_OPS_PER_SM_CLOCK`): its score
+    elements (batch x heads x seq x kv, half when causal: ``batch m k / 2`` of its GEMM dims, K being 2 seq or seq)
+    over 16 a clock per SM; 0 for other ops and where ``clock_hz`` is 0 (a CPU)."""
+    att = (ops == "sdpa") & (clock_hz > 0)
+    elements = batch.astype(float) * m * np.maximum(k, 1) / 2.0
+    return np.where(att, elements / (SFU_OPS_PER_SM_CLOCK * sms * np.maximum(clock_hz, 1.0)), 0.0)
+
+
 def element_bound_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray, clock_hz: np.ndarray) -> np.ndarray:
     """Per row the throughput bound (s) of a row-wise kernel on a GPU (:data:`ELEMENT_CYCLES`; 0 for other ops, rows
     shorter than the first length, and where ``clock_hz`` is 0: a CPU)."""
@@ -520,6 +539,8 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
 
     t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), peak, sms)
     t_c = np.where(is_gemm, t_c, 0.0)
+    ops = df["op"].to_numpy(object)
+    t_c = t_c + attention_exp_s(ops, batch, m, k, hw["sms"], np.where(hw["gpu"] > 0, hw["clock"], 0.0))
     t_m = nbytes / hw["bw"]
     physics = np.maximum(t_c, t_m)
     elements = nbytes / dbytes
@@ -527,7 +548,6 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X: dict[str, np.ndarray] = {}
     for f in FAMILIES:
         X[f"family_{f}"] = (fam == f).astype(float)
-    ops = df["op"].to_numpy(object)
     for op in PHYSICS_OPS:
         X[f"op_{op}"] = (ops == op).astype(float)
     for mode in MODES:

@@ -984,6 +984,60 @@ def test_a_softmax_of_long_rows_is_bound_by_elements_per_sm_cycle(registry):
     assert np.all(fitted().predict(X)[[0, 1, 2, 5]] >= X["latency_ms"][[0, 1, 2, 5]].to_numpy())
 
 
+def test_attention_adds_its_exponentials_on_the_special_function_units(registry):
+    """A fused attention's time is its two GEMMs' plus one exponential per score element at 16 a clock per SM
+    (features.physics.SFU_OPS_PER_SM_CLOCK): on an H200 in bf16 0.92x the GEMMs' at head_dim 64, 0.46x at 128, half
+    the elements when causal, none on a CPU. On the H200 set's SDPAs over 0.1 ms, the efficiency left (physics time /
+    (runtime - the stream floor the rows fit)) no longer depends on the head dim: the median at 64 over the median at
+    128 was 0.68 from the GEMMs alone; with the exponentials within 0.85-1.15."""
+    from data.reference import load_reference
+    from features.physics import attention_exp_s
+    from models.physics import estimate_floors
+
+    sdpa = {"batch": 1, "heads": 32, "seq_len": 4096, "causal": 0}
+    rows = pd.concat(
+        [describe("sdpa", "H200-SXM", "bfloat16", head_dim=d, **sdpa) for d in (64, 128)]
+        + [describe("sdpa", "H200-SXM", "bfloat16", head_dim=64, **{**sdpa, "causal": 1})],
+        ignore_index=True,
+    )
+    X = PhysicsFeaturizer(registry).transform(rows)
+    ops, one = np.array(["sdpa"] * 3, dtype=object), np.ones(3)
+    exp_ms = 1e3 * attention_exp_s(ops, 32 * one, 4096 * one, np.array([8192, 8192, 4096.0]), 132 * one, 1.98e9 * one)
+    assert exp_ms[0] == pytest.approx(32 * 4096**2 / (16 * 132 * 1.98e9) * 1e3) and exp_ms[2] == exp_ms[0] / 2
+    gemm_ms = X["compute_ms"].to_numpy() - exp_ms
+    assert exp_ms[0] / gemm_ms[0] == pytest.approx(0.92, abs=0.05)
+    assert exp_ms[1] / gemm_ms[1] == pytest.approx(0.46, abs=0.03)
+    assert X["compute_ms"][2] == pytest.approx(X["compute_ms"][0] / 2, rel=0.1)  # causal: half of both
+    cpu = attention_exp_s(ops, one, one, one, one, np.zeros(3))
+    assert (cpu == 0).all()
+
+    pack = load_reference()
+    h200 = pack[(pack["status"] == "ok") & (pack["source"].str.startswith("hopper"))].reset_index(drop=True)
+    Xh, y = PhysicsFeaturizer(registry).transform(h200), h200["runtime_ms"].to_numpy(float)
+    floor = estimate_floors(Xh, y)["back_to_back"]["attention"]
+    a = h200[((h200["op"] == "sdpa") & (h200["runtime_ms"] > 0.1)).to_numpy()]
+    ya, head = a["runtime_ms"].to_numpy(float) - floor, a["head_dim"].to_numpy(int)
+    compute = Xh.loc[a.index, "compute_ms"].to_numpy()
+    seq, n = a["seq_len"].to_numpy(float), len(a)
+    k = seq * np.where(a["causal"].astype(bool), 1.0, 2.0)
+    exp_rows = 1e3 * attention_exp_s(
+        np.full(n, "sdpa", dtype=object),
+        (a["batch"] * a["heads"]).to_numpy(float),
+        seq,
+        k,
+        np.full(n, 132.0),
+        np.full(n, 1.98e9),
+    )
+
+    def ratio(ms):  # median efficiency at head_dim 64 over that at 128
+        return np.median(ms[head == 64] / ya[head == 64]) / np.median(ms[head == 128] / ya[head == 128])
+
+    assert ratio(compute - exp_rows) < 0.75 and 0.85 < ratio(compute) < 1.15, (
+        ratio(compute - exp_rows),
+        ratio(compute),
+    )
+
+
 def test_a_16_bit_gelu_is_bound_by_its_float32_math(registry):
     """A GELU takes at least F FLOP-equivalents an element at the fp32 FMA peak (features.physics.ELEMENT_FLOPS),
     whatever its dtype: the bound of a bf16 one is that of a float32 one and above its bytes' time on an H200;
