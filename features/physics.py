@@ -102,20 +102,6 @@ GEMM_FAMILIES = ("gemm", "conv", "attention")
 # their peak). Check (e): conv 29.9 -> 24.5% MAPE (the H200's bf16 stem 0.35 -> 0.65 of its time, fp16 ViT patch
 # embedding 0.24 -> 0.89), all 19.1 -> 18.5; (a_all_dtypes) conv 32.9 -> 28.1.
 MIN_TC_CONV_BYTES = 16
-# A 3x3 stride-1 convolution on the CUDA cores (math mode fp32 or 16-bit on FMA; not grouped, not dilated) runs
-# Winograd F(2x2, 3x3) in the library (cuDNN, MIOpen): 16 multiplies for 4 outputs where the direct form does 36, so
-# its compute time is that of its direct FLOPs at WINOGRAD_GAIN times the peak. Measured (the pack's float32 convs over
-# 1e10 FLOPs, achieved / direct-FLOP fp32 peak): 3x3 stride-1 medians 0.68-1.82 and maxima 1.31-2.35 on all 13 GPUs
-# before Hopper (NeuSight, DeepBench: P100 2.35, V100 2.25-2.35, GTX 1080 Ti 2.19, AMD MI25 1.54), every other conv
-# at most 0.98; the P100's fp16 3x3 convs (its half2 path) 2.80 median against 1.69 for the others. Tensor-core modes
-# show no such gain (fp16 3x3 / other on the V100 and T4: 1.1) and keep the direct form. The H200's two float32 3x3
-# convs run at 0.33 of the direct peak (the library picked no fast algorithm there; its correction, once measured).
-# The checks (physics model alone, seed 0): (a) 20.7 -> 18.9% (conv 62.3 -> 51.5), (b) 14.0 -> 13.8, (c) 7.5 -> 7.0,
-# (d) at seeds 0-2 47.4 / 51.6 / 91.1 -> 48.7 / 43.8 / 82.3, (e) 18.4 -> 17.4, a_all_dtypes 18.6 -> 17.7, b_all
-# 14.7 -> 14.3. (d)'s large convs, median predicted / measured per GPU, 1.32-2.55 -> 1.18-2.30 (the H200's four
-# 2.33 -> 2.79): the small convs of training run the same law, so the rise of the rate with size is left.
-WINOGRAD_GAIN = 2.25
-WINOGRAD_MODES = ("fp32", "fp32_acc16")
 # the families whose tensor-core peak is scaled by their operands' alignment (module docstring): not convolutions.
 # Measured (the physics model fitted on the main job's GPU pack sample, scored on 2 160 random kernels timed with the
 # cuda backend on each of an H100 and an H200, seeds 0 / 1): 16-bit convolutions of the H200 66.6 / 62.2 -> 36.9 /
@@ -493,20 +479,6 @@ def row_latency_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray
     return out
 
 
-def winograd_rows(df: pd.DataFrame, family: np.ndarray, mode: np.ndarray) -> np.ndarray:
-    """True per row that the library runs as Winograd (:data:`WINOGRAD_GAIN`): a 3x3 stride-1 convolution, not
-    grouped nor dilated, in a CUDA-core math mode (:data:`WINOGRAD_MODES`)."""
-
-    def col(name: str, default: float) -> np.ndarray:
-        if name not in df:
-            return np.full(len(df), default)
-        return pd.to_numeric(df[name], errors="coerce").fillna(default).to_numpy(float)
-
-    # groups / dilation 0 or missing: the default, 1
-    shape = (col("kernel", 0) == 3) & (col("stride", 0) == 1) & (col("groups", 1) <= 1) & (col("dilation", 1) <= 1)
-    return (family == "conv") & shape & np.isin(mode, WINOGRAD_MODES)
-
-
 def attention_exp_s(ops: np.ndarray, batch, m, k, sms: np.ndarray, clock_hz: np.ndarray) -> np.ndarray:
     """Per row the time (s) of a fused attention's exponentials on the SFUs (:data:`SFU_OPS_PER_SM_CLOCK`): its score
     elements (batch x heads x seq x kv, half when causal: ``batch m k / 2`` of its GEMM dims, K being 2 seq or seq)
@@ -564,7 +536,6 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
         _two_adic_bytes(shp["row_a"].to_numpy(), dbytes), _two_adic_bytes(shp["row_b"].to_numpy(), dbytes)
     )
     peak = hw["peak"] * np.where(np.isin(fam, ALIGNED_FEED_FAMILIES), alignment_factor(hw["mode"], align), 1.0)
-    peak = peak * np.where(winograd_rows(df, fam, hw["mode"]), WINOGRAD_GAIN, 1.0)
 
     t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), peak, sms)
     t_c = np.where(is_gemm, t_c, 0.0)

@@ -147,47 +147,6 @@ def test_a_conv_of_few_input_channels_runs_on_the_cuda_cores(registry):
     assert ((rate / tensor)[big] < 0.07).all()
 
 
-def test_a_3x3_stride_1_conv_on_the_cuda_cores_runs_winograd(registry):
-    """A 3x3 stride-1 convolution on the CUDA cores costs its direct FLOPs at WINOGRAD_GAIN (2.25, F(2x2, 3x3)) times
-    the peak; stride 2, grouped, dilated and tensor-core convolutions keep the direct form. The law's measurements: on
-    every GPU of the pack before Hopper with float32 3x3 stride-1 convs over 1e10 FLOPs, some run above 1.3x the
-    direct-FLOP peak (impossible without a fast algorithm) and none above the Winograd bound (5% margin), while no other
-    float32 conv over 1e10 FLOPs passes the direct peak."""
-    from data.reference import load_reference
-    from features.physics import WINOGRAD_GAIN, winograd_rows
-
-    conv = {"batch": 32, "c_in": 64, "c_out": 64, "h": 56, "w": 56, "padding": 1}
-    rows = pd.concat(
-        [
-            describe("conv2d", "V100-PCIe-32GB", kernel=3, stride=1, **conv),
-            describe("conv2d", "V100-PCIe-32GB", kernel=3, stride=2, **conv),
-            describe("conv2d", "V100-PCIe-32GB", "float16", kernel=3, stride=1, **conv),
-            describe("conv2d", "P100-PCIe-16GB", "float16", kernel=3, stride=1, **conv),
-        ],
-        ignore_index=True,
-    )
-    X = PhysicsFeaturizer(registry).transform(rows)
-    direct = 2 * 32 * 64 * 64 * 9 * 56 * 56 / 14e12 * 1e3
-    assert X["compute_ms"][0] == pytest.approx(direct / WINOGRAD_GAIN, rel=0.02)
-    assert X["compute_ms"][1] == pytest.approx(direct / 4, rel=0.02)  # stride 2: a quarter of the outputs, direct
-    shapes = pd.DataFrame({"kernel": [3, 3, 3, 3], "stride": [1, 1, 1, 1], "groups": [0, 1, 64, 1]})
-    shapes["dilation"] = [0, 1, 1, 2]  # 0: the default (a checked frame's fill)
-    conv4, fp32 = np.full(4, "conv", dtype=object), np.full(4, "fp32", dtype=object)
-    assert list(winograd_rows(shapes, conv4, fp32)) == [True, True, False, False]  # grouped, dilated: direct
-    assert not winograd_rows(shapes, conv4, np.full(4, "tensor16", dtype=object)).any()
-    assert X["compute_ms"][2] == pytest.approx(2 * 32 * 64 * 64 * 9 * 56 * 56 / 112e12 * 1e3, rel=0.05)  # tensor
-    assert X["compute_ms"][3] == pytest.approx(2 * 32 * 64 * 64 * 9 * 56 * 56 / 9.3e12 * 1e3 / WINOGRAD_GAIN, rel=0.05)
-
-    pack = load_reference()
-    big = pack[(pack["status"] == "ok") & (pack["op"] == "conv2d") & (pack["dtype"] == "float32")]
-    big = big[(big["flops"] > 1e10) & (big["hardware"] != "H200-SXM")]
-    rate = big["flops"] / (big["runtime_ms"] * 1e-3) / [registry.get(h).peak_flops("float32") for h in big["hardware"]]
-    wino = ((big["kernel"] == 3) & (big["stride"] == 1)).to_numpy()
-    per_gpu = rate[wino].groupby(big["hardware"][wino]).max()
-    assert len(per_gpu) >= 10 and (per_gpu > 1.3).all() and (per_gpu < 1.05 * WINOGRAD_GAIN).all(), per_gpu
-    assert (rate[~wino] < 1.0).all() and (~wino).sum() >= 20
-
-
 def test_float32_convs_measured_with_pytorch_defaults_run_in_tf32(registry):
     """NeuSight measured with PyTorch's defaults (cuDNN TF32 on, matmul TF32 off): its float32 convs on a GPU with
     TF32 units are costed at the TF32 peak, its GEMMs and every conv on older GPUs stay IEEE; the project's own
