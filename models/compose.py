@@ -1,7 +1,7 @@
 """A network's runtime, power and energy from its kernels' predictions, by execution mode (a library, no MLflow).
 
     from models.compose import compose, load_execution
-    res = compose(kernels, "cuda_graph", load_execution()["gpu"], static_power_w=132.5)
+    res = compose(kernels, "cuda_graph", load_execution()["gpu"], static_power_w=132.7)
     res.total     # runtime_ms (+ _lo/_hi), and power_w / energy_j (+ ends) when the kernels carry power_w
     res.kernels   # per kernel: launched, fused_into, device_ms, step_ms (its share of the network runtime)
 

@@ -431,9 +431,12 @@ def test_calibrate_refits_and_learns_a_family_it_never_saw(tmp_path):
     errors, refit = {}, None
     for keep in (50000, 0):
         model = neusight_only(keep)
-        tuned = model.calibrate(X.iloc[cal], y[cal], hardware="H200-SXM")
+        # a refit where the model kept rows; auto (the default) keeps the simpler correction unless the refit beats
+        # it out of fold by a standard error: since attention's exponentials (stop 35) it does not here (18.4 against
+        # 19.4% out of fold), though it is better on the other rows (below)
+        tuned = model.calibrate(X.iloc[cal], y[cal], hardware="H200-SXM", method="refit" if keep else "auto")
         errors[tuned.corrections_[-1]["method"]] = np.mean(np.abs(tuned.predict(X.iloc[test]) / y[test] - 1))
-        # auto keeps the model's own answer unless a way beats it out of fold (here both do, by far)
+        # either way beats the model's own answer out of fold, by far
         assert tuned.corrections_[-1]["mape_out_of_fold"] < 0.8 * tuned.corrections_[-1]["mape_before"]
         if keep:
             refit = tuned.corrections_[-1]["model"]
@@ -445,8 +448,9 @@ def test_calibrate_refits_and_learns_a_family_it_never_saw(tmp_path):
             assert len(loaded.rows_["y"]) == len(tuned.rows_["y"])
     assert set(errors) == {"refit", "correction"}
     guess = np.mean(np.abs(neusight_only(0).predict(X.iloc[test]) / y[test] - 1))  # the model before calibrating
-    # measured: refit 0.157, correction 0.167, uncalibrated 0.373 (on the SDPAs alone 0.153 / 0.133 / 0.156: the
-    # guess's SDPA floor, 32.5 us from the other families' by their launch ratios, is near the H200 set's 27.8)
+    # measured: refit 0.147, correction 0.165, uncalibrated 0.381 (0.157 / 0.167 / 0.373 before attention's
+    # exponentials; the guess's SDPA floor, 32.5 us from the other families' by their launch ratios, is near the H200
+    # set's 27.8)
     assert errors["refit"] < errors["correction"] and errors["refit"] < 0.6 * guess, (errors, guess)
     stream = estimate_floors(X.iloc[h200].reset_index(drop=True), y[h200])["back_to_back"]["attention"]
     assert stream / 1.2 < refit.floors_["back_to_back"]["attention"] < stream * 1.2
