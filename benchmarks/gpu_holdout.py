@@ -30,9 +30,10 @@ interval folds), scored on each file's rows from the spec sheet: what a change t
 GPUs it never trained on, without a registry, in about 30 s.
 
 ``probe`` (here): the workloads that answer what the measured rows left open (:data:`PROBES`), each question as pairs
-of one size with and without the property in question, in float32 and bfloat16, for ``measure`` (124 workloads, a
-few minutes on a GPU). ``report`` prints what they measured: per row-wise op, dtype and row count the achieved
-GB/s by row length; per convolution shape the TFLOP/s by channel count and dtype.
+of one size with and without the property in question, for ``measure`` (168 workloads, a few minutes on a GPU); a
+``timing`` column (``eager`` / ``graph``) asks ``measure`` for that harness, else the cuda backend's own choice.
+``report`` prints what they measured: per row-wise op, dtype and row count the achieved GB/s by row length; per
+convolution shape the TFLOP/s by channel count and dtype; per kernel timed both ways, eager minus graph in us.
 """
 
 from __future__ import annotations
@@ -57,18 +58,28 @@ def measure(args) -> int:
     from data.backends.cuda import CudaBackend, NoCudaDevice
     from data.workloads import OPS, shape_id
 
-    backend = CudaBackend(windows=5, min_window_ms=10.0, warmup=2, power=False, source="cuda-sweep")
+    def make(graph):
+        return CudaBackend(windows=5, min_window_ms=10.0, warmup=2, power=False, source="cuda-sweep", graph=graph)
+
+    backends = {"auto": make("auto"), "eager": make(False), "graph": make(True)}  # a pool's ``timing`` column
+    backend = backends["auto"]
     try:
         hw = backend.hardware
     except NoCudaDevice as exc:
         print(f"gpu_holdout: error: {exc}", file=sys.stderr)
         return 2
     pool = pd.read_csv(args.pool)
+    timing = pool["timing"].fillna("auto") if "timing" in pool else pd.Series("auto", index=pool.index)
+    bad = sorted(set(timing) - set(backends))
+    if bad:
+        print(f"gpu_holdout: error: timing {bad[0]!r} in {args.pool}; one of {', '.join(backends)}", file=sys.stderr)
+        return 2
+    pool = pool.assign(timing=timing)
     done: set[tuple] = set()
     if args.out.exists():
         for line in args.out.read_text().splitlines():
             r = json.loads(line)
-            done.add((r["shape_id"], r["dtype"]))
+            done.add((r["shape_id"], r["dtype"], r.get("probe_timing", "auto")))
     print(
         f"device: {torch.cuda.get_device_name(0)} -> {hw.id}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
         f"{len(pool)} candidates, {len(done)} already measured",
@@ -80,10 +91,12 @@ def measure(args) -> int:
             if time.monotonic() - start > args.seconds:
                 break
             params = {p: int(r[p]) for p in OPS[r["op"]].params}
-            if (shape_id(r["op"], params), r["dtype"]) in done:
+            if (shape_id(r["op"], params), r["dtype"], r["timing"]) in done:
                 continue
-            row = backend.measure({"op": r["op"], "params": params, "dtype": r["dtype"]})
+            row = backends[r["timing"]].measure({"op": r["op"], "params": params, "dtype": r["dtype"]})
             row["timestamp"] = str(row["timestamp"])
+            if r["timing"] != "auto":
+                row["probe_timing"] = r["timing"]
             fh.write(json.dumps(row, default=str) + "\n")
             fh.flush()
             n_ok += row["status"] == "ok"
@@ -110,6 +123,12 @@ def pool(args) -> int:
 #   that is a multiple of the vector width). The same rows x length, n a power of two against n - 1 and n - 4.
 # * conv_channels: small 16-bit convolutions ran 1.17-1.40x slower than float32 ones of the same shapes; channels
 #   a multiple of 8 (cuDNN's NHWC tensor-core kernels) against an odd count, 16-bit against float32.
+# * overlap (stop 35): the model adds a harness's launch floor to the kernel's time; timed back to back in a stream,
+#   a host that runs ahead of the device hides its launch cost behind a longer kernel, so the time would be the larger
+#   of the two, not their sum (the H200 set's bf16 adds of 6.2 us of bandwidth time take 7-11 us with a 7 us floor).
+#   The same kernels eager and from a CUDA graph (no host): under the sum, eager - graph stays near the floor at
+#   every size; under the larger, it falls to ~0 once the kernel outlasts the host. bf16 square GEMMs and float32
+#   adds of 1-200 us.
 # * stem_channels (stop 35): 16-bit convolutions with 1 or 3 input channels run on the CUDA cores (0.13-0.52 of the
 #   fp32 peak, 0.01-0.07 of the tensor peak; features.physics.MIN_TC_CONV_BYTES), those of 16+ on the tensor cores;
 #   no row says where between 3 and 16 the tensor-core path starts, nor what tf32 does. A ResNet stem (7x7 stride 2)
@@ -123,6 +142,11 @@ PROBES = {
     "conv_channels": {
         "shapes": ({"batch": 8, "h": 28, "w": 28}, {"batch": 32, "h": 56, "w": 56}),
         "channels": (64, 63, 128, 127),
+    },
+    "overlap": {
+        "gemm": (256, 512, 1024, 1536, 2048, 3072, 4096),
+        "add_rows": (64, 256, 1024, 4096, 16384, 65536),
+        "timings": ("eager", "graph"),
     },
     "stem_channels": {
         "shape": {"batch": 8, "h": 224, "w": 224, "c_out": 64, "kernel": 7, "stride": 2, "padding": 3},
@@ -147,6 +171,16 @@ def probe(args) -> int:
         for c in spec["channels"]:
             conv = {"op": "conv2d", **shape, "c_in": c, "c_out": c, "kernel": 3, "stride": 1, "padding": 1}
             rows += [{"question": "conv_channels", **conv, "dtype": d} for d in PROBE_DTYPES]
+    spec = PROBES["overlap"]
+    for t in spec["timings"]:
+        rows += [
+            {"question": "overlap", "op": "matmul", "dtype": "bfloat16", "m": n, "n": n, "k": n, "timing": t}
+            for n in spec["gemm"]
+        ]
+        rows += [
+            {"question": "overlap", "op": "add", "dtype": "float32", "m": m, "n": 4096, "timing": t}
+            for m in spec["add_rows"]
+        ]
     spec = PROBES["stem_channels"]
     for c in spec["channels"]:
         rows += [
@@ -173,6 +207,14 @@ def report(args) -> int:
     for col in ("m", "n", "batch", "h", "c_in", "c_out", "kernel"):
         if col in rows:
             rows[col] = rows[col].astype("Int64")
+    timed = rows[rows["probe_timing"].notna()] if "probe_timing" in rows else rows.iloc[:0]
+    rows = rows[rows["probe_timing"].isna()] if "probe_timing" in rows else rows
+    if len(timed):
+        table = timed.pivot_table(index=["op", "dtype", "m", "n"], columns="probe_timing", values="runtime_ms") * 1e3
+        if {"eager", "graph"} <= set(table.columns):
+            table["eager - graph"] = table["eager"] - table["graph"]
+        print("timed both ways (overlap), us per kernel: eager back to back, CUDA graph replay")
+        print(table.round(1).to_string())
     wise = rows[rows["op"].isin(PROBES["row_alignment"]["ops"])]
     if len(wise):
         rate = (wise["bytes"] / wise["runtime_ms"] / 1e6).rename("GB/s")

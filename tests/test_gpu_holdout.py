@@ -98,6 +98,9 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
         assert {2048, 2047, 4096, 4095} <= lengths  # a power of two and the odd length next to it, same rows
     conv = probe[probe["question"] == "conv_channels"]
     assert {c % 8 for c in conv["c_in"].astype(int)} == {0, 7} and (conv["c_in"] == conv["c_out"]).all()
+    overlap = probe[probe["question"] == "overlap"]  # each kernel eager and from a graph
+    assert (overlap.groupby(["op", "m"])["timing"].agg(set) == {"eager", "graph"}).all()
+    assert probe.loc[probe["question"] != "overlap", "timing"].isna().all()
     stem = probe[probe["question"] == "stem_channels"]
     for _, group in stem.groupby("dtype"):  # below, at and above one 16-byte vector of channels, one shape
         assert {1, 3, 4, 8, 16} <= set(group["c_in"].astype(int)) and group["kernel"].nunique() == 1
@@ -109,17 +112,26 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
         ((probe["m"] == 512) & (probe["n"].isin([2048, 2047])))
         | (probe["batch"] == 8) & (probe["h"] == 28)
         | (probe["question"] == "stem_channels") & probe["c_in"].isin([3, 8])
+        | (probe["question"] == "overlap") & probe["m"].isin([256, 64])
     ]
     part.to_csv(tmp_path / "part.csv", index=False)
     out = tmp_path / "probe.jsonl"
     gpu = FakeGpu(busy_power_w=500.0, idle_power_w=70.0, name="NVIDIA H100 80GB HBM3", power_limit_w=700.0)
     with fake_cuda.installed(monkeypatch, fake_cuda.FakeCudaDevice.from_spec(registry.get("H100-SXM"), gpu)):
         assert gpu_holdout.main(["measure", str(tmp_path / "part.csv"), "--out", str(out)]) == 0
+        part.head(1).assign(timing="fast").to_csv(tmp_path / "bad.csv", index=False)
+        capsys.readouterr()
+        assert gpu_holdout.main(["measure", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "bad.jsonl")]) == 2
+        assert "timing 'fast'" in capsys.readouterr().err and not (tmp_path / "bad.jsonl").exists()
     capsys.readouterr()
     assert gpu_holdout.main(["report", str(out)]) == 0
     text = capsys.readouterr().out
     assert f"{len(part)} ok rows on H100-SXM" in text
     assert "GB/s" in text and "2047" in text and "TFLOP/s" in text and "bfloat16" in text and "tf32" in text
+    assert "eager - graph" in text
+    measured = pd.read_json(out, lines=True)
+    both = measured[measured["probe_timing"].notna()]
+    assert set(zip(both["probe_timing"], both["timing_method"])) == {("eager", "cuda_events"), ("graph", "cuda_graph")}
     (tmp_path / "empty.jsonl").write_text("")
     assert gpu_holdout.main(["report", str(tmp_path / "empty.jsonl")]) == 2
     assert gpu_holdout.main(["report", str(tmp_path / "missing.jsonl")]) == 2
