@@ -95,12 +95,12 @@ GEMM_FAMILIES = ("gemm", "conv", "attention")
 # a network's stem on RGB images, c_in = 3, or a spectrogram's, c_in = 1) runs on the CUDA cores at the fp32 FMA peak,
 # not the tensor cores (the rates say so: padded to 8 channels on the tensor cores, a stem would cost 8 / 3 of its
 # FLOPs at the tensor rate, still 10x faster than measured). Measured, 16-bit convs with c_in 1 or 3 over 1 GFLOP
-# (DeepBench, the H200 set): V100 2.7-8.1
-# TFLOP/s (0.17-0.52 of its fp32 peak, 0.02-0.07 of its tensor peak), T4 1.0-3.2 (0.13-0.40 / 0.02-0.05), the H200
-# 12-19 (0.18-0.29 / 0.01-0.02; its float32 3x3 convs run at 0.33 of the fp32 peak), P100 (no tensor cores) 6.4-12 on
-# its half2 path; convs of 16+ channels, odd counts included, run on the tensor cores (module docstring: up to 0.31 of
-# their peak). Check (e): conv 29.9 -> 24.5% MAPE (the H200's bf16 stem 0.35 -> 0.65 of its time, fp16 ViT patch
-# embedding 0.24 -> 0.89), all 19.1 -> 18.5; (a_all_dtypes) conv 32.9 -> 28.1.
+# (DeepBench, the H200 set): V100 2.7-8.1 TFLOP/s (0.17-0.52 of its fp32 peak, 0.02-0.07 of its tensor peak), T4
+# 1.0-3.2 (0.13-0.40 / 0.02-0.05), the H200 12-19 (0.18-0.29 / 0.01-0.02; its float32 3x3 convs run at 0.33 of the
+# fp32 peak), P100 (no tensor cores) 6.4-12 on its half2 path; convs of 16+ channels, odd counts included, run on
+# the tensor cores (module docstring: up to 0.31 of their peak). Check (e): conv 29.9 -> 24.5% MAPE (the H200's bf16
+# stem 0.35 -> 0.65 of its time, fp16 ViT patch embedding 0.24 -> 0.89), all 19.1 -> 18.5; (a_all_dtypes) conv 32.9
+# -> 28.1.
 MIN_TC_CONV_BYTES = 16
 # the families whose tensor-core peak is scaled by their operands' alignment (module docstring): not convolutions.
 # Measured (the physics model fitted on the main job's GPU pack sample, scored on 2 160 random kernels timed with the
@@ -197,7 +197,8 @@ ELEMENT_FLOPS = {"gelu": 80.0}
 # kernel (PyTorch's flash and memory-efficient SDPA: FlashAttention-2's schedule) evaluates one exponential per score
 # element between its two GEMMs, on the SFUs, which return 16 results per clock per SM (CUDA C Programming Guide,
 # arithmetic instruction throughput: exp2 / log2 / rcp on compute capability 5.x-9.0), and a warp does not overlap
-# them with its tensor-core GEMMs (FlashAttention-3 does, on Hopper; PyTorch 2.11's SDPA does not run it). So the time
+# them with its tensor-core GEMMs (FlashAttention-3 does, on Hopper; the H200 set's SDPAs, PyTorch 2.11, show the
+# sum: below). So the time
 # is the GEMMs' plus score elements / (16 SMs clock): on an H200 in bf16, 0.92x the GEMMs' at head_dim 64 and 0.46x at
 # 128 (989 TFLOP/s of tensor math against 4.2 T exponentials a second; 4 head_dim FLOPs a score element). Measured on
 # the H200 set's 60 SDPAs (physics time / (runtime - floor), rows over 0.1 ms): head_dim 64 at 0.38-0.39, 128 at
