@@ -819,29 +819,36 @@ def test_graph_rows_pull_the_measured_graph_floors_by_their_number(registry):
     assert floors["conv"] == pytest.approx(GRAPH_FLOORS_MS["conv"], rel=1e-12)
 
 
-def test_a_family_no_row_has_takes_its_floor_from_the_others_by_their_launch_ratios(registry):
-    """A family without training rows (check e's SDPAs, the held-out family split) gets the floor of each other family
-    of its harness times the measured ratio of the two families' graph floors (GRAPH_FLOORS_MS), the median over
-    them (models.physics.unseen_family_floor): on the pack's NeuSight and H200 rows without the SDPAs, the H200 set's
-    stream floor of SDPA comes out within 1.2x of the one its SDPA rows fit (27.8 us), where the median of the other
-    families' floors (the first rule) says 10 us."""
+@functools.lru_cache(maxsize=1)
+def pack_neusight_h200() -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """The shipped pack's NeuSight rows (10 per GPU, op and dtype, seed 0) and all its H200 rows: rows, their physics
+    frame and runtimes (the floors' tests)."""
     from data.backends.reference import select
     from data.reference import load_reference
-    from models.physics import GRAPH_FLOORS_MS, estimate_floors, families_of, unseen_family_floor
 
-    assert unseen_family_floor({"gemm": 0.01}, "attention") == pytest.approx(
-        0.01 * GRAPH_FLOORS_MS["attention"] / GRAPH_FLOORS_MS["gemm"]
-    )
-    assert unseen_family_floor({"gemm": 0.01, "conv": 0.02, "softmax": 0.5}, "gemm") == pytest.approx(0.01)  # median
     pack = load_reference()
     rows = select(
         pack[pack["status"] == "ok"].reset_index(drop=True),
         sources=["neusight", "hopper"],
         cap={"neusight": 10},
         seed=0,
+    ).reset_index(drop=True)
+    return rows, PhysicsFeaturizer(HardwareRegistry.from_dir()).transform(rows), rows["runtime_ms"].to_numpy(float)
+
+
+def test_a_family_no_row_has_takes_its_floor_from_the_others_by_their_launch_ratios():
+    """A family without training rows (check e's SDPAs, the held-out family split) gets the floor of each other family
+    of its harness times the measured ratio of the two families' graph floors (GRAPH_FLOORS_MS), the median over
+    them (models.physics.unseen_family_floor): on the pack's NeuSight and H200 rows without the SDPAs, the H200 set's
+    stream floor of SDPA comes out within 1.2x of the one its SDPA rows fit (27.8 us), where the median of the other
+    families' floors (the first rule) says 10 us."""
+    from models.physics import GRAPH_FLOORS_MS, estimate_floors, families_of, unseen_family_floor
+
+    assert unseen_family_floor({"gemm": 0.01}, "attention") == pytest.approx(
+        0.01 * GRAPH_FLOORS_MS["attention"] / GRAPH_FLOORS_MS["gemm"]
     )
-    rows = rows.reset_index(drop=True)
-    X, y = PhysicsFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float)
+    assert unseen_family_floor({"gemm": 0.01, "conv": 0.02, "softmax": 0.5}, "gemm") == pytest.approx(0.01)  # median
+    rows, X, y = pack_neusight_h200()
     seen = families_of(X) != "attention"
     fitted = estimate_floors(X, y)["back_to_back"]
     unseen = estimate_floors(X[seen].reset_index(drop=True), y[seen])["back_to_back"]
@@ -851,7 +858,7 @@ def test_a_family_no_row_has_takes_its_floor_from_the_others_by_their_launch_rat
     assert np.median(others) < fitted["attention"] / 2  # the first rule's floor
 
 
-def test_a_family_one_harness_lacks_takes_its_floor_from_that_harness_not_from_another(registry):
+def test_a_family_one_harness_lacks_takes_its_floor_from_that_harness_not_from_another():
     """A family with rows in one harness but none (or none floor-bound) in another (check e: the H200 set's stream has
     no floor-bound convolution, NeuSight's per-call timing has many) takes, in the harness that lacks it, that
     harness's other floors times the families' launch ratios, not the other harness's floor of it scaled by the two
@@ -859,18 +866,9 @@ def test_a_family_one_harness_lacks_takes_its_floor_from_that_harness_not_from_a
     CUDA graph show 2.0-2.8. On the pack's NeuSight and H200 rows, the H200 set's stream floor of each of conv, GEMM
     and softmax with that family's H200 rows dropped comes out within 1.2x of the one they fit (copied from NeuSight:
     conv 4.3x, GEMM 0.67x, softmax 0.56x)."""
-    from data.backends.reference import select
-    from data.reference import load_reference
     from models.physics import estimate_floors, families_of
 
-    pack = load_reference()
-    rows = select(
-        pack[pack["status"] == "ok"].reset_index(drop=True),
-        sources=["neusight", "hopper"],
-        cap={"neusight": 10},
-        seed=0,
-    ).reset_index(drop=True)
-    X, y = PhysicsFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float)
+    rows, X, y = pack_neusight_h200()
     h200, fam = (rows["hardware"] == "H200-SXM").to_numpy(), families_of(X)
     fitted = estimate_floors(X, y)["back_to_back"]
     assert fitted["conv"] > 15e-3 and fitted["gemm"] > 7e-3  # the H200 set's stream: ~21 and ~10 us
