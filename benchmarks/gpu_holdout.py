@@ -30,10 +30,11 @@ interval folds), scored on each file's rows from the spec sheet: what a change t
 GPUs it never trained on, without a registry, in about 30 s.
 
 ``probe`` (here): the workloads that answer what the measured rows left open (:data:`PROBES`), each question as pairs
-of one size with and without the property in question, for ``measure`` (168 workloads, a few minutes on a GPU); a
+of one size with and without the property in question, for ``measure`` (200 workloads, a few minutes on a GPU); a
 ``timing`` column (``eager`` / ``graph``) asks ``measure`` for that harness, else the cuda backend's own choice.
 ``report`` prints what they measured: per row-wise op, dtype and row count the achieved GB/s by row length; per
-convolution shape the TFLOP/s by channel count and dtype; per kernel timed both ways, eager minus graph in us.
+convolution shape the TFLOP/s by channel count and dtype; per SDPA shape the TFLOP/s by head dim; per kernel timed
+both ways, eager minus graph in us.
 """
 
 from __future__ import annotations
@@ -129,6 +130,10 @@ def pool(args) -> int:
 #   The same kernels eager and from a CUDA graph (no host): under the sum, eager - graph stays near the floor at
 #   every size; under the larger, it falls to ~0 once the kernel outlasts the host. bf16 square GEMMs and float32
 #   adds of 1-200 us.
+# * attention_exp (stop 35): a fused SDPA's exponentials on the SFUs add score elements / (16 SMs clock) to its GEMMs
+#   (features.physics.SFU_OPS_PER_SM_CLOCK), fitted on the H200 set's 60 SDPAs (head_dim 64 and 128 only). The same
+#   shapes at head_dim 32-256, causal and not, in bf16 and fp16: under the law the efficiency left does not depend on
+#   the head dim; if the kernel overlaps the two (FlashAttention-3), the time is the larger, and head_dim 32 shows it.
 # * stem_channels (stop 35): 16-bit convolutions with 1 or 3 input channels run on the CUDA cores (0.13-0.52 of the
 #   fp32 peak, 0.01-0.07 of the tensor peak; features.physics.MIN_TC_CONV_BYTES), those of 16+ on the tensor cores;
 #   no row says where between 3 and 16 the tensor-core path starts, nor what tf32 does. A ResNet stem (7x7 stride 2)
@@ -147,6 +152,13 @@ PROBES = {
         "gemm": (256, 512, 1024, 1536, 2048, 3072, 4096),
         "add_rows": (64, 256, 1024, 4096, 16384, 65536),
         "timings": ("eager", "graph"),
+    },
+    "attention_exp": {
+        "shape": {"batch": 8, "heads": 16},
+        "seq_len": (1024, 4096),
+        "head_dim": (32, 64, 128, 256),
+        "causal": (0, 1),
+        "dtypes": ("bfloat16", "float16"),
     },
     "stem_channels": {
         "shape": {"batch": 8, "h": 224, "w": 224, "c_out": 64, "kernel": 7, "stride": 2, "padding": 3},
@@ -181,6 +193,13 @@ def probe(args) -> int:
             {"question": "overlap", "op": "add", "dtype": "float32", "m": m, "n": 4096, "timing": t}
             for m in spec["add_rows"]
         ]
+    spec = PROBES["attention_exp"]
+    for d in spec["dtypes"]:
+        for s_ in spec["seq_len"]:
+            for hd in spec["head_dim"]:
+                for c in spec["causal"]:
+                    att = {"op": "sdpa", **spec["shape"], "seq_len": s_, "head_dim": hd, "causal": c, "dtype": d}
+                    rows.append({"question": "attention_exp", **att})
     spec = PROBES["stem_channels"]
     for c in spec["channels"]:
         rows += [
@@ -204,7 +223,7 @@ def report(args) -> int:
         print(f"gpu_holdout: error: no ok rows in {args.rows}", file=sys.stderr)
         return 2
     print(f"{args.rows}: {len(rows)} ok rows on {', '.join(rows['hardware'].unique())}")
-    for col in ("m", "n", "batch", "h", "c_in", "c_out", "kernel"):
+    for col in ("m", "n", "batch", "h", "c_in", "c_out", "kernel", "seq_len", "head_dim", "causal"):
         if col in rows:
             rows[col] = rows[col].astype("Int64")
     timed = rows[rows["probe_timing"].notna()] if "probe_timing" in rows else rows.iloc[:0]
@@ -221,6 +240,14 @@ def report(args) -> int:
         table = wise.assign(rate=rate).pivot_table(index=["op", "dtype", "m"], columns="n", values="rate")
         print("row-wise ops, achieved GB/s (bytes / runtime) by row length n:")
         print(table.round(0).to_string())
+    att = rows[rows["op"] == "sdpa"]
+    if len(att):
+        rate = att["flops"] / att["runtime_ms"] / 1e9
+        table = att.assign(rate=rate).pivot_table(
+            index=["dtype", "seq_len", "causal"], columns="head_dim", values="rate"
+        )
+        print("sdpa, TFLOP/s (the two GEMMs' FLOPs / runtime) by head_dim:")
+        print(table.round(1).to_string())
     conv = rows[rows["op"] == "conv2d"]
     if len(conv):
         rate = conv["flops"] / conv["runtime_ms"] / 1e9

@@ -91,7 +91,7 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
     assert gpu_holdout.main(["probe", "--out", str(path)]) == 0
     probe = pd.read_csv(path)
     assert set(probe["question"]) == set(gpu_holdout.PROBES)
-    assert set(probe["dtype"]) == {"float32", "bfloat16", "tf32"}
+    assert set(probe["dtype"]) == {"float32", "bfloat16", "tf32", "float16"}
     wise = probe[probe["question"] == "row_alignment"]
     for _, group in wise.groupby(["op", "dtype", "m"]):
         lengths = set(group["n"].astype(int))
@@ -101,6 +101,8 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
     overlap = probe[probe["question"] == "overlap"]  # each kernel eager and from a graph
     assert (overlap.groupby(["op", "m"])["timing"].agg(set) == {"eager", "graph"}).all()
     assert probe.loc[probe["question"] != "overlap", "timing"].isna().all()
+    att = probe[probe["question"] == "attention_exp"]  # every head dim at each shape, causal or not
+    assert (att.groupby(["dtype", "seq_len", "causal"])["head_dim"].agg(set) == {32, 64, 128, 256}).all()
     stem = probe[probe["question"] == "stem_channels"]
     for _, group in stem.groupby("dtype"):  # below, at and above one 16-byte vector of channels, one shape
         assert {1, 3, 4, 8, 16} <= set(group["c_in"].astype(int)) and group["kernel"].nunique() == 1
@@ -113,6 +115,10 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
         | (probe["batch"] == 8) & (probe["h"] == 28)
         | (probe["question"] == "stem_channels") & probe["c_in"].isin([3, 8])
         | (probe["question"] == "overlap") & probe["m"].isin([256, 64])
+        | (probe["question"] == "attention_exp")
+        & (probe["seq_len"] == 1024)
+        & (probe["causal"] == 0)
+        & (probe["dtype"] == "bfloat16")
     ]
     part.to_csv(tmp_path / "part.csv", index=False)
     out = tmp_path / "probe.jsonl"
@@ -128,7 +134,7 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
     text = capsys.readouterr().out
     assert f"{len(part)} ok rows on H100-SXM" in text
     assert "GB/s" in text and "2047" in text and "TFLOP/s" in text and "bfloat16" in text and "tf32" in text
-    assert "eager - graph" in text
+    assert "eager - graph" in text and "sdpa, TFLOP/s" in text
     measured = pd.read_json(out, lines=True)
     both = measured[measured["probe_timing"].notna()]
     assert set(zip(both["probe_timing"], both["timing_method"])) == {("eager", "cuda_events"), ("graph", "cuda_graph")}
