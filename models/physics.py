@@ -291,6 +291,12 @@ def unseen_family_floor(floors: dict[str, float], family: str) -> float:
     return float(np.median([v * GRAPH_FLOORS_MS[family] / GRAPH_FLOORS_MS[g] for g, v in floors.items()]))
 
 
+def _every_family(floors: dict[str, float]) -> dict[str, float]:
+    """``floors`` with every family of :data:`FAMILIES`: one it lacks by the others' launch ratios
+    (:func:`unseen_family_floor`)."""
+    return {f: float(floors[f]) if f in floors else unseen_family_floor(floors, f) for f in FAMILIES}
+
+
 def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> dict[str, dict[str, float]]:
     """Launch floor (ms) per regime (:data:`FLOOR_REGIMES`) and op family (module docstring): ``{regime: {family:
     ms}}``.
@@ -313,7 +319,7 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     pooled = family_floors(X, y, np.ones(len(X), bool), parts=parts)
     pooled = pooled or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
     if not by_harness:
-        table = {f: pooled[f] if f in pooled else unseen_family_floor(pooled, f) for f in FAMILIES}
+        table = _every_family(pooled)
         return {r: dict(table) for r in FLOOR_REGIMES}
     own = []
     for i in range(len(FLOOR_REGIMES)):
@@ -326,11 +332,7 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     if not any(own[i] for i in gpu):  # no GPU row: every GPU harness from all rows
         for i in gpu:
             own[i] = dict(pooled)
-    out = {  # a family the harness has no floor of: from its others by the families' launch ratios
-        HARNESSES[i]: {f: float(own[i][f]) if f in own[i] else unseen_family_floor(own[i], f) for f in FAMILIES}
-        for i in gpu
-        if own[i]
-    }
+    out = {HARNESSES[i]: _every_family(own[i]) for i in gpu if own[i]}
     source = next(HARNESSES[j] for j in gpu if own[j])  # a harness with no row: the first one with rows, by priors
     for i in (i for i in gpu if not own[i]):
         h = HARNESSES[i]
