@@ -116,10 +116,18 @@ MODES = ("fp32", "tf32", "tensor16", "fp32_acc16")  # fp32 FMA, TF32 tensor core
 # The learner's inputs: dimensionless (counts, ratios, flags); no absolute time, rate or size of one GPU, and no
 # ratio of spec numbers alone (e.g. the ridge point): with a handful of training GPUs such a column names the GPU and
 # the trees learn each GPU's own factor instead of a rule (leave-one-GPU-out on NeuSight: A100 MAPE 36 -> 21%).
+# The math mode reaches the learner as ``tensor_cores`` (tf32 or fp16 / bf16 on tensor cores) plus a flag each for
+# fp32, tf32 and 16-bit on the FMA units, not as a one-hot of four: a TF32 kernel is a tensor-core kernel (the same
+# multistage pipelines, 4-byte operands), and with the one-hot a mode no training row had (tf32: the public sets have
+# none but the H200's) fell between the trees' fp32 and tensor16 leaves. Where tf32 rows are in training the trees
+# can still split on ``mode_tf32``. Measured (checks of docs/extrapolation.md, seed 0, physics model alone): (e) H200
+# tf32 / bf16 / fp16 from fp32 and DeepBench's fp16 18.4 -> 16.6% MAPE (GEMMs 18.1 -> 15.7), (a_all_dtypes) 18.6 ->
+# 17.1; (a)-(c) unchanged (no tensor-core row); (d) at seeds 0-2 47.4 / 51.6 / 91.1 -> 48.1 / 51.1 / 95.3.
 FEATURES = (
     *(f"family_{f}" for f in FAMILIES),
     *(f"op_{op}" for op in PHYSICS_OPS),
-    *(f"mode_{m}" for m in MODES),
+    *(f"mode_{m}" for m in MODES if m != "tensor16"),
+    "tensor_cores",
     "dtype_bytes",
     "log2_waves",
     "tail_occupancy",
@@ -553,6 +561,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
         X[f"op_{op}"] = (ops == op).astype(float)
     for mode in MODES:
         X[f"mode_{mode}"] = (hw["mode"] == mode).astype(float)
+    X["tensor_cores"] = np.isin(hw["mode"], TENSOR_MODES).astype(float)
     X["dtype_bytes"] = dbytes
     X["log2_waves"] = np.log2(np.where(is_gemm, waves, waves_mem))
     X["tail_occupancy"] = np.where(is_gemm, tiles / np.maximum(waves * sms, 1), 1.0)
