@@ -88,8 +88,15 @@ MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_
 # held out, trained on the rest with DeepBench and the H200, physics model alone, 3 seeds): MAPE over the held-out
 # GPU's rows 17.4 / 17.4 / 17.6 -> 16.3 / 16.4 / 17.1; the checks: docs/extrapolation.md.
 L2_INPUT = "log2_bytes_over_l2"
+MODE_ONE_HOT = tuple(f"mode_{m}" for m in MODES)
 # the learner inputs of a model saved before the operand layout (features.physics.LAYOUT) was one: it reads those
-FEATURES_BEFORE_LAYOUT = tuple(f for f in FEATURES if f not in LAYOUT)
+# (and the math mode as a one-hot of the four modes, ``mode_tensor16`` where ``tensor_cores`` is now: stop 36)
+FEATURES_BEFORE_LAYOUT = tuple(
+    g
+    for f in FEATURES
+    if f not in LAYOUT and f not in MODE_ONE_HOT
+    for g in (MODE_ONE_HOT if f == "tensor_cores" else (f,))
+)
 MIN_CALIBRATION_ROWS = 5
 CALIBRATION_METHODS = ("auto", "refit", "correction")
 MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
