@@ -67,6 +67,7 @@ from features.physics import (
     MODES,
     SIZE,
     PhysicsFeaturizer,
+    derived_inputs,
 )
 from models.base import CostModel, check_targets
 from models.domain import Domain, calibrate_widening, conformal, distinct_rows, widen
@@ -89,13 +90,12 @@ MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_
 # GPU's rows 17.4 / 17.4 / 17.6 -> 16.3 / 16.4 / 17.1; the checks: docs/extrapolation.md.
 L2_INPUT = "log2_bytes_over_l2"
 MODE_ONE_HOT = tuple(f"mode_{m}" for m in MODES)
-# the learner inputs of a model saved before the operand layout (features.physics.LAYOUT) was one: it reads those
-# (and the math mode as a one-hot of the four modes, ``mode_tensor16`` where ``tensor_cores`` is now: stop 36)
+# the learner inputs of a model saved before the operand layout (features.physics.LAYOUT) was one: it reads those,
+# with the math mode as a one-hot of the four modes where ``tensor_cores`` and three flags are now, and
+# ``family_gemm`` where ``gemm_like`` is (stop 36)
+INPUTS_BEFORE_STOP_36 = {"tensor_cores": MODE_ONE_HOT, "gemm_like": ("family_gemm",)}
 FEATURES_BEFORE_LAYOUT = tuple(
-    g
-    for f in FEATURES
-    if f not in LAYOUT and f not in MODE_ONE_HOT
-    for g in (MODE_ONE_HOT if f == "tensor_cores" else (f,))
+    g for f in FEATURES if f not in LAYOUT and f not in MODE_ONE_HOT for g in INPUTS_BEFORE_STOP_36.get(f, (f,))
 )
 MIN_CALIBRATION_ROWS = 5
 CALIBRATION_METHODS = ("auto", "refit", "correction")
@@ -956,6 +956,8 @@ class PhysicsModel(CostModel):
             rows = frame.drop(columns=[ROWS_Y])
             if "transpose_a" not in rows.columns:  # kept before the layout was a column: linear's weight is [n, k]
                 rows = rows.assign(transpose_a=0.0, transpose_b=rows["op_linear"].to_numpy(float))
+            # kept before stop 36: the learner columns of today read off the one-hots
+            rows = rows.assign(**{k: v for k, v in derived_inputs(rows).items() if k not in rows.columns})
             self.rows_ = {"X": rows, "y": frame[ROWS_Y].to_numpy(float)}
         self.corrections_ = []
         for i, c in enumerate(state["corrections"]):
