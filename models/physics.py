@@ -153,6 +153,17 @@ OVER_PER_CALL = {"back_to_back": 0.3, "per_call": 1.0, "library_loop": 0.3, "cud
 # 8.7 us by which rows a fit samples (6 H200 softmax rows), and the H100's tiny softmaxes came out 0.4x or 2.5x.
 GRAPH_FLOORS_MS = {"gemm": 2.2e-3, "conv": 4.4e-3, "attention": 5.9e-3, "elementwise": 1.2e-3, "norm": 3.0e-3}
 GRAPH_FLOORS_MS |= {"softmax": 1.7e-3, "reduction": 2.6e-3, "pool": 2.6e-3, "data_movement": 2.6e-3}
+# Ops whose host path is longer than their family's get a floor of their own (their floor group is the op, its family
+# the value): PyTorch's ``linear`` (``addmm`` with the bias, through cuBLASLt, whose algorithm query runs on the host
+# at every call). Measured (fastest linear / fastest bmm, NeuSight's per-call timing): A100 53 / 31 us, V100 69 / 40,
+# P100 94 / 52, T4 65 / 33, P4 56 / 29 (1.7-2.0x); the H200 set's PyTorch stream: its float32 linears of 1-2 us of
+# physics take 22-47 us where its matmuls of as little take 10-20. A harness that timed none of the op takes its
+# family's floor times FLOOR_OP_PRIOR (the per-call ratio's median where the host path is timed; a CUDA graph replays
+# no host code and DeepBench's loop calls cuBLAS directly: 1).
+FLOOR_OPS = {"linear": "gemm"}
+FLOOR_OP_PRIOR = {"back_to_back": 1.8, "per_call": 1.8, "library_loop": 1.0, "cuda_graph": 1.0}
+FLOOR_GROUPS = (*FAMILIES, *FLOOR_OPS)
+GRAPH_FLOORS_MS |= {op: GRAPH_FLOORS_MS[fam] for op, fam in FLOOR_OPS.items()}
 # Graph-timed training rows of a family (a new GPU's, in calibrate's refit) pull its graph floor from the measured one
 # toward their own line's intercept, weight n / (n + GRAPH_PRIOR_ROWS) in log space: ~17 rows of a family (100 random
 # rows of the H100) fitted its softmax floor at 4.6 us (measured 1.7) and its conv floor at 9.5 (measured ~5), and
@@ -245,9 +256,21 @@ def regime_index(X: pd.DataFrame) -> np.ndarray:
     return np.where(X["hw_is_gpu"].to_numpy(float) > 0, harness, CPU_REGIME)
 
 
-def _floor_parts(X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row the family, a hardware code (rows of one spec position share it) and the physics time."""
-    return families_of(X), np.unique(hardware_keys(X), return_inverse=True)[1], X["physics_ms"].to_numpy(float)
+def floor_groups_of(X: pd.DataFrame) -> np.ndarray:
+    """Per row its launch-floor group (:data:`FLOOR_GROUPS`): the op where it has a host path of its own
+    (:data:`FLOOR_OPS`), else its family."""
+    groups = families_of(X)
+    for op in FLOOR_OPS:
+        if f"op_{op}" in X.columns:
+            groups = np.where(X[f"op_{op}"].to_numpy(float) > 0, op, groups)
+    return groups
+
+
+def _floor_parts(X: pd.DataFrame, by_op: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row the family (``by_op``: the floor group), a hardware code (rows of one spec position share it) and the
+    physics time."""
+    groups = floor_groups_of(X) if by_op else families_of(X)
+    return groups, np.unique(hardware_keys(X), return_inverse=True)[1], X["physics_ms"].to_numpy(float)
 
 
 def family_floors(
@@ -260,7 +283,7 @@ def family_floors(
     :func:`_floor_parts` of ``X`` where the caller has it (several calls on one frame)."""
     fam, hw, phys = _floor_parts(X) if parts is None else parts
     floors = {}
-    for f in FAMILIES:
+    for f in FLOOR_GROUPS if set(np.unique(fam)) - set(FAMILIES) else FAMILIES:
         intercepts, few = [], []
         of_family = np.flatnonzero(rows & (fam == f))
         for h in np.unique(hw[of_family]):
@@ -295,13 +318,18 @@ def unseen_family_floor(floors: dict[str, float], family: str) -> float:
     instead (the first version) gave the H200 set's SDPAs, in check (e) where no SDPA is trained, a 12.8 us floor where
     they show 28-30: (e) attention 41.9 -> 19.4% MAPE, (a_all_dtypes) attention 44.2 -> 20.7; the main job's held-out
     family split (each family's floor so) 52.6 -> 44.4%."""
-    return float(np.median([v * GRAPH_FLOORS_MS[family] / GRAPH_FLOORS_MS[g] for g, v in floors.items()]))
+    families = {g: v for g, v in floors.items() if g in FAMILIES}  # an op's own host path says nothing of another's
+    return float(np.median([v * GRAPH_FLOORS_MS[family] / GRAPH_FLOORS_MS[g] for g, v in families.items()]))
 
 
-def _every_family(floors: dict[str, float]) -> dict[str, float]:
-    """``floors`` with every family of :data:`FAMILIES`: one it lacks by the others' launch ratios
-    (:func:`unseen_family_floor`)."""
-    return {f: float(floors[f]) if f in floors else unseen_family_floor(floors, f) for f in FAMILIES}
+def _every_family(floors: dict[str, float], harness: str = "per_call") -> dict[str, float]:
+    """``floors`` with every group of :data:`FLOOR_GROUPS`: a family it lacks by the others' launch ratios
+    (:func:`unseen_family_floor`), an op of :data:`FLOOR_OPS` by its family's floor (:data:`FLOOR_OP_PRIOR` of
+    ``harness``)."""
+    out = {f: float(floors[f]) if f in floors else unseen_family_floor(floors, f) for f in FAMILIES}
+    for op, fam in FLOOR_OPS.items():
+        out[op] = float(floors[op]) if op in floors else out[fam] * FLOOR_OP_PRIOR[harness]
+    return out
 
 
 def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> dict[str, dict[str, float]]:
@@ -322,9 +350,10 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     graph's floors, where rows were so timed, are shrunk toward the measured ones by the number of rows of each
     family (:data:`GRAPH_PRIOR_ROWS`). Without ``by_harness`` every regime gets the floors of all rows (one floor per
     family, whatever measured it)."""
-    regime, parts = regime_index(X), _floor_parts(X)
+    regime, parts = regime_index(X), _floor_parts(X, by_op=True)
     pooled = family_floors(X, y, np.ones(len(X), bool), parts=parts)
-    pooled = pooled or {"gemm": float(max(np.min(y) * 0.5, MIN_FLOOR_MS))}
+    if not set(pooled) & set(FAMILIES):
+        pooled["gemm"] = float(max(np.min(y) * 0.5, MIN_FLOOR_MS))
     if not by_harness:
         table = _every_family(pooled)
         return {r: dict(table) for r in FLOOR_REGIMES}
@@ -339,7 +368,7 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     if not any(own[i] for i in gpu):  # no GPU row: every GPU harness from all rows
         for i in gpu:
             own[i] = dict(pooled)
-    out = {HARNESSES[i]: _every_family(own[i]) for i in gpu if own[i]}
+    out = {HARNESSES[i]: _every_family(own[i], HARNESSES[i]) for i in gpu if own[i]}
     source = next(HARNESSES[j] for j in gpu if own[j])  # a harness with no row: the first one with rows, by priors
     for i in (i for i in gpu if not own[i]):
         h = HARNESSES[i]
@@ -350,12 +379,15 @@ def estimate_floors(X: pd.DataFrame, y: np.ndarray, by_harness: bool = True) -> 
     graph = HARNESSES.index("cuda_graph")
     if own[graph]:  # graph rows of a family pull its floor from the measured one as they grow in number
         n = pd.Series(parts[0][regime == graph]).value_counts()
-        for f in FAMILIES:
+        for f in FLOOR_GROUPS:
             w = n.get(f, 0) / (n.get(f, 0) + GRAPH_PRIOR_ROWS)
             fitted, prior = np.log(out["cuda_graph"][f]), np.log(GRAPH_FLOORS_MS[f])
             out["cuda_graph"][f] = float(np.exp(w * fitted + (1 - w) * prior))
     out = {h: out[h] for h in HARNESSES}
-    out["cpu"] = {f: float(own[CPU_REGIME].get(f, out[HARNESSES[0]][f])) for f in FAMILIES}
+    cpu = own[CPU_REGIME]
+    if cpu and set(cpu) & set(FAMILIES):  # a CPU's own floors; an op it has none of: its family's (no prior)
+        cpu = cpu | {op: cpu[fam] for op, fam in FLOOR_OPS.items() if op not in cpu and fam in cpu}
+    out["cpu"] = {f: float(cpu.get(f, out[HARNESSES[0]][f])) for f in FLOOR_GROUPS}
     return out
 
 
@@ -601,8 +633,14 @@ class PhysicsModel(CostModel):
 
     # --- prediction ---------------------------------------------------------------------------------------
     def _floor(self, X: pd.DataFrame) -> np.ndarray:
-        table = np.array([[self.floors_[r][f] for f in FAMILIES] for r in FLOOR_REGIMES])
-        fam = pd.Categorical(families_of(X), categories=FAMILIES).codes
+        # a model fitted before an op had a floor of its own: its family's (FLOOR_OPS)
+        table = np.array(
+            [
+                [self.floors_[r].get(g, self.floors_[r][FLOOR_OPS.get(g, g)]) for g in FLOOR_GROUPS]
+                for r in FLOOR_REGIMES
+            ]
+        )
+        fam = pd.Categorical(floor_groups_of(X), categories=FLOOR_GROUPS).codes
         return table[regime_index(X), fam].astype(float)
 
     def _margin(self, X: pd.DataFrame) -> np.ndarray:

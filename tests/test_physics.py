@@ -4,6 +4,7 @@ clear error for bad input."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 
@@ -475,8 +476,8 @@ def test_calibrate_keeps_a_simpler_answer_unless_a_way_beats_it_by_a_standard_er
 
 
 def test_a_second_gpu_calibrated_after_a_first_keeps_the_first(registry):
-    """Calibrating GPU B on a model already calibrated on GPU A refits with A's rows too and leaves A's answers as
-    they were (A keeps its own refit)."""
+    """Calibrating GPU B by a refit on a model already calibrated on GPU A refits with A's rows too and leaves A's
+    answers as they were (A keeps its own refit)."""
     from models.physics import NEW_ROW_REPEATS
 
     rows, X = small_rows(), small_frame()
@@ -487,7 +488,8 @@ def test_a_second_gpu_calibrated_after_a_first_keeps_the_first(registry):
     a100 = np.flatnonzero((rows["hardware"] == "A100-PCIe-40GB").to_numpy())[:30]
     variant = rows.iloc[a100].assign(hardware="A100-SXM4-80GB").reset_index(drop=True)
     Xv = PhysicsFeaturizer(registry).transform(variant)
-    second = first.calibrate(Xv, variant["runtime_ms"].to_numpy(), hardware="A100-SXM4-80GB")
+    # by name: auto may keep the model's own answer for B (its 30 rows are an A100's, which the model knows)
+    second = first.calibrate(Xv, variant["runtime_ms"].to_numpy(), hardware="A100-SXM4-80GB", method="refit")
     assert [c["hardware"] for c in second.corrections_ if c.get("origin") != "fit"] == ["H200-SXM", "A100-SXM4-80GB"]
     assert len(second.rows_["y"]) == len(first.rows_["y"]) + NEW_ROW_REPEATS * len(variant)
     np.testing.assert_array_equal(second.predict(X.iloc[h200]), first.predict(X.iloc[h200]))
@@ -809,7 +811,7 @@ def test_graph_rows_pull_the_measured_graph_floors_by_their_number(registry):
 
     rows, X = small_rows(), small_frame()
     y = rows["runtime_ms"].to_numpy()
-    gemm = (~neusight_mask()) & rows["op"].isin(["matmul", "bmm", "linear"]).to_numpy()
+    gemm = (~neusight_mask()) & rows["op"].isin(["matmul", "bmm"]).to_numpy()  # linear: a floor of its own
     graph = rows[gemm].assign(harness="cuda_graph").reset_index(drop=True)
     Xg = PhysicsFeaturizer(registry).transform(graph)
     yg = y[gemm] * 0.5  # a graph's floor is below the stream's: the fitted line differs from the prior
@@ -1125,3 +1127,29 @@ def test_attention_no_row_showed_runs_as_the_gemms_the_learner_knows():
     ratio = model.predict(X[sdpa].reset_index(drop=True)) / y
     assert np.mean(np.abs(ratio - 1)) < 0.18, np.mean(np.abs(ratio - 1))
     assert 0.92 < np.median(ratio[y > 0.1]) < 1.12, np.median(ratio[y > 0.1])
+
+
+def test_a_linear_has_the_floor_of_its_host_path():
+    """``linear`` (addmm with its bias through cuBLASLt, an algorithm query on the host at every call) is a floor group
+    of its own (models.physics.FLOOR_OPS): on the pack's NeuSight and H200 rows its per-call and stream floors lie
+    above the other GEMMs'; a harness that timed no linear takes its GEMM floor times FLOOR_OP_PRIOR (a CUDA graph,
+    no host code: the GEMM's); a model fitted before the group reads its GEMM floor for a linear row."""
+    from models.physics import FLOOR_OP_PRIOR, FLOOR_REGIMES, GRAPH_FLOORS_MS, estimate_floors, regime_index
+
+    rows, X, y = pack_neusight_h200()
+    floors = estimate_floors(X, y)
+    for harness in ("per_call", "back_to_back"):
+        assert floors[harness]["linear"] > 1.15 * floors[harness]["gemm"], floors[harness]
+    assert floors["cuda_graph"]["linear"] == GRAPH_FLOORS_MS["gemm"]
+    other = (rows["op"] != "linear").to_numpy()
+    prior = estimate_floors(X[other].reset_index(drop=True), y[other])
+    for harness in ("per_call", "back_to_back", "cuda_graph"):
+        assert prior[harness]["linear"] == pytest.approx(prior[harness]["gemm"] * FLOOR_OP_PRIOR[harness])
+    model = fitted()
+    linear = X[(rows["op"] == "linear").to_numpy()].reset_index(drop=True)
+    gemm = [model.floors_[r]["gemm"] for r in np.asarray(FLOOR_REGIMES)[regime_index(linear)]]
+    assert (model._floor(linear) > gemm).all()
+    old = copy.deepcopy(model)
+    for table in old.floors_.values():
+        table.pop("linear")
+    np.testing.assert_allclose(old._floor(linear), gemm)
