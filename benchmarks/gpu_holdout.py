@@ -30,7 +30,7 @@ interval folds), scored on each file's rows from the spec sheet: what a change t
 GPUs it never trained on, without a registry, in about 30 s.
 
 ``probe`` (here): the workloads that answer what the measured rows left open (:data:`PROBES`), each question as pairs
-of one size with and without the property in question, for ``measure`` (200 workloads, a few minutes on a GPU); a
+of one size with and without the property in question, for ``measure`` (232 workloads, a few minutes on a GPU); a
 ``timing`` column (``eager`` / ``graph``) asks ``measure`` for that harness, else the cuda backend's own choice.
 ``report`` prints what they measured: per row-wise op, dtype and row count the achieved GB/s by row length; per
 convolution shape the TFLOP/s by channel count and dtype; per SDPA shape the TFLOP/s by head dim; per kernel timed
@@ -138,6 +138,11 @@ def pool(args) -> int:
 #   fp32 peak, 0.01-0.07 of the tensor peak; features.physics.MIN_TC_CONV_BYTES), those of 16+ on the tensor cores;
 #   no row says where between 3 and 16 the tensor-core path starts, nor what tf32 does. A ResNet stem (7x7 stride 2)
 #   with 1-16 input channels in float32, tf32 and bfloat16.
+# * linear_floor (stop 36): ``linear`` has a launch floor of its own (models.physics.FLOOR_OPS: addmm with its bias
+#   through cuBLASLt, an algorithm query on the host at every call), fitted from NeuSight's per-call rows (1.7-2.0x the
+#   bmm floor) and the H200 set's stream (22-47 us against 10-20 for matmuls of as little work). The same small square
+#   GEMMs as ``linear`` and ``matmul``, eager and from a CUDA graph: under the law linear - matmul is the host path's
+#   10-20 us eager and ~0 from a graph (FLOOR_OP_PRIOR 1); a device-side cost (a bias kernel) would show in both.
 PROBES = {
     "row_alignment": {
         "ops": ("layernorm", "softmax", "add"),
@@ -164,6 +169,12 @@ PROBES = {
         "shape": {"batch": 8, "h": 224, "w": 224, "c_out": 64, "kernel": 7, "stride": 2, "padding": 3},
         "channels": (1, 3, 4, 6, 8, 16),
         "dtypes": ("float32", "tf32", "bfloat16"),
+    },
+    "linear_floor": {
+        "sizes": (64, 256, 1024, 2048),
+        "ops": ("linear", "matmul"),
+        "dtypes": ("float32", "bfloat16"),
+        "timings": ("eager", "graph"),
     },
 }
 PROBE_DTYPES = ("float32", "bfloat16")
@@ -206,6 +217,14 @@ def probe(args) -> int:
             {"question": "stem_channels", "op": "conv2d", **spec["shape"], "c_in": c, "dtype": d}
             for d in spec["dtypes"]
         ]
+    spec = PROBES["linear_floor"]
+    rows += [
+        {"question": "linear_floor", "op": op, "dtype": d, "m": n, "n": n, "k": n, "timing": t}
+        for op in spec["ops"]
+        for d in spec["dtypes"]
+        for n in spec["sizes"]
+        for t in spec["timings"]
+    ]
     pd.DataFrame(rows).to_csv(args.out, index=False)
     print(f"{len(rows)} probe workloads ({', '.join(PROBES)}) -> {args.out}")
     return 0

@@ -100,7 +100,9 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
     assert {c % 8 for c in conv["c_in"].astype(int)} == {0, 7} and (conv["c_in"] == conv["c_out"]).all()
     overlap = probe[probe["question"] == "overlap"]  # each kernel eager and from a graph
     assert (overlap.groupby(["op", "m"])["timing"].agg(set) == {"eager", "graph"}).all()
-    assert probe.loc[probe["question"] != "overlap", "timing"].isna().all()
+    assert probe.loc[~probe["question"].isin(["overlap", "linear_floor"]), "timing"].isna().all()
+    lin = probe[probe["question"] == "linear_floor"]  # each size as linear and matmul, eager and from a graph
+    assert (lin.groupby(["m", "dtype"])[["op", "timing"]].nunique() == 2).all().all() and (lin["m"] == lin["k"]).all()
     att = probe[probe["question"] == "attention_exp"]  # every head dim at each shape, causal or not
     assert (att.groupby(["dtype", "seq_len", "causal"])["head_dim"].agg(set) == {32, 64, 128, 256}).all()
     stem = probe[probe["question"] == "stem_channels"]
@@ -114,7 +116,7 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
         ((probe["m"] == 512) & (probe["n"].isin([2048, 2047])))
         | (probe["batch"] == 8) & (probe["h"] == 28)
         | (probe["question"] == "stem_channels") & probe["c_in"].isin([3, 8])
-        | (probe["question"] == "overlap") & probe["m"].isin([256, 64])
+        | probe["question"].isin(["overlap", "linear_floor"]) & probe["m"].isin([256, 64])
         | (probe["question"] == "attention_exp")
         & (probe["seq_len"] == 1024)
         & (probe["causal"] == 0)
