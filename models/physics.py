@@ -280,10 +280,11 @@ def family_floors(
     fastest kernel shows a floor, :data:`FLOOR_FIT_SHARE`); a family that no hardware has 10 rows of, from the
     hardware with 3 to 9: its fastest kernel's time less its physics time, if that kernel is floor-bound (physics under
     a tenth of its time). ``fitted``, a list, receives the families whose floor is a fitted intercept; ``parts``:
-    :func:`_floor_parts` of ``X`` where the caller has it (several calls on one frame)."""
+    :func:`_floor_parts` of ``X`` where the caller has it (several calls on one frame; taken by op, as
+    :func:`estimate_floors` does, an op of :data:`FLOOR_OPS` is a group of its own, out of its family)."""
     fam, hw, phys = _floor_parts(X) if parts is None else parts
     floors = {}
-    for f in FLOOR_GROUPS if set(np.unique(fam)) - set(FAMILIES) else FAMILIES:
+    for f in FLOOR_GROUPS:  # an op group has rows only where ``parts`` were taken by op
         intercepts, few = [], []
         of_family = np.flatnonzero(rows & (fam == f))
         for h in np.unique(hw[of_family]):
@@ -640,8 +641,8 @@ class PhysicsModel(CostModel):
                 for r in FLOOR_REGIMES
             ]
         )
-        fam = pd.Categorical(floor_groups_of(X), categories=FLOOR_GROUPS).codes
-        return table[regime_index(X), fam].astype(float)
+        groups = pd.Categorical(floor_groups_of(X), categories=FLOOR_GROUPS).codes
+        return table[regime_index(X), groups].astype(float)
 
     def _margin(self, X: pd.DataFrame) -> np.ndarray:
         """The efficiency's logit, clipped to +-MARGIN_CLIP (the MLP extrapolates linearly far outside); CPU rows from
