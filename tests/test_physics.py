@@ -1091,6 +1091,15 @@ def json_equal(a, b) -> bool:
     return json.dumps(a, sort_keys=True, default=float) == json.dumps(b, sort_keys=True, default=float)
 
 
+def predicted_over_measured(left_out: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A small model fitted on ``small_rows`` but the ``left_out`` ones: predicted / measured runtime of the ``test``
+    rows, and their runtimes (ms)."""
+    rows, X = small_rows(), small_frame()
+    y = rows["runtime_ms"].to_numpy(float)
+    model = PhysicsModel(**FAST).fit(X[~left_out].reset_index(drop=True), y[~left_out])
+    return model.predict(X[test].reset_index(drop=True)) / y[test], y[test]
+
+
 def test_a_tf32_gemm_no_row_showed_runs_as_the_tensor_core_kernels_the_learner_knows():
     """The learner reads the math mode as ``tensor_cores`` plus a flag each for fp32, tf32 and 16-bit on the FMA
     units (features.physics.FEATURES): trained on the small NeuSight slice and every H200 row but its tf32 ones, the
@@ -1101,10 +1110,7 @@ def test_a_tf32_gemm_no_row_showed_runs_as_the_tensor_core_kernels_the_learner_k
     tf32 = (rows["dtype"] == "tf32").to_numpy()
     assert (X.loc[tf32, "tensor_cores"] == 1).all() and (X.loc[tf32, "mode_tf32"] == 1).all()
     assert (X.loc[(rows["dtype"] == "float32").to_numpy(), "tensor_cores"] == 0).all()
-    model = PhysicsModel(**FAST).fit(X[~tf32].reset_index(drop=True), rows.loc[~tf32, "runtime_ms"].to_numpy())
-    test = tf32 & (rows["family"] == "gemm").to_numpy()
-    y = rows.loc[test, "runtime_ms"].to_numpy(float)
-    ratio = model.predict(X[test].reset_index(drop=True)) / y
+    ratio, y = predicted_over_measured(tf32, tf32 & (rows["family"] == "gemm").to_numpy())
     assert np.mean(np.abs(ratio - 1)) < 0.16, np.mean(np.abs(ratio - 1))
     assert 0.95 < np.median(ratio[y > 0.1]) < 1.08, np.median(ratio[y > 0.1])
 
@@ -1122,9 +1128,7 @@ def test_attention_no_row_showed_runs_as_the_gemms_the_learner_knows():
         X.loc[(rows["family"] == "gemm").to_numpy(), "gemm_like"] == 1
     ).all()
     assert (X.loc[(rows["family"] == "conv").to_numpy(), "gemm_like"] == 0).all()
-    model = PhysicsModel(**FAST).fit(X[~sdpa].reset_index(drop=True), rows.loc[~sdpa, "runtime_ms"].to_numpy())
-    y = rows.loc[sdpa, "runtime_ms"].to_numpy(float)
-    ratio = model.predict(X[sdpa].reset_index(drop=True)) / y
+    ratio, y = predicted_over_measured(sdpa, sdpa)
     assert np.mean(np.abs(ratio - 1)) < 0.18, np.mean(np.abs(ratio - 1))
     assert 0.92 < np.median(ratio[y > 0.1]) < 1.12, np.median(ratio[y > 0.1])
 
