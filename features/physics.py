@@ -84,6 +84,14 @@ TILES = (
 )  # (tm, tn): the CTA tiles of cuBLAS / CUTLASS / cuDNN kernels (e.g. volta_sgemm_128x32)
 SPLIT_K = (1, 2, 4, 8, 16)
 MIN_K_PER_SPLIT = 64  # a K slice shorter than this is not worth a split (the library's own lower limit is similar)
+# Kernels that reduce over their whole K in one CTA: no split-K. cuDNN's forward convolutions (implicit GEMM, K = c_in x
+# kh x kw) and the fused attention kernels (FlashAttention-2's forward and the memory-efficient one walk every key
+# block of their query tile in one CTA: K = the keys). Taking the best split for them too made a conv of few output
+# tiles and a long K (c_in = 1128 on 7 x 7: M = 49) look up to 16x faster than its kernel can run. Measured: log
+# (runtime / compute time) of every conv of the pack over 0.3 ms (the floor a small share) has a smaller spread without
+# the split on all 14 GPU series (NeuSight's four 0.78 / 0.62 / 0.58 / 0.62 -> 0.73 / 0.60 / 0.54 / 0.55 for P100 / P4 /
+# T4 / V100, DeepBench's ten by 0.005-0.026); the H200 set's convs and SDPAs have tiles enough either way (< 1%).
+WHOLE_K_FAMILIES = ("conv", "attention")
 ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
 # Below 16 bytes the library's tensor-core kernels load at most this many bytes at a time: an 8-byte-aligned row runs
 # as a 4-byte-aligned one. Measured (GEMMs of 3+ GFLOP, achieved / tensor peak, 90th percentile; 16-bit and tf32):
@@ -382,8 +390,9 @@ def _two_adic_bytes(n: np.ndarray, dtype_bytes: np.ndarray) -> np.ndarray:
     return np.minimum((n & -n) * dtype_bytes, ALIGN_CAP_BYTES).astype(float)
 
 
-def gemm_time(batch, m, n, k, peak, sms):
-    """Best tile / split-K compute time (s) over :data:`TILES` x :data:`SPLIT_K`, and that choice's numbers.
+def gemm_time(batch, m, n, k, peak, sms, whole_k=None):
+    """Best tile / split-K compute time (s) over :data:`TILES` x :data:`SPLIT_K`, and that choice's numbers; rows
+    where ``whole_k`` (a boolean array) is true are not split (:data:`WHOLE_K_FAMILIES`).
 
     Returns ``(t_s, waves, tiles, tm, tn, split)``, arrays over rows (module docstring formula).
     """
@@ -393,7 +402,7 @@ def gemm_time(batch, m, n, k, peak, sms):
     for tm, tn in TILES:
         base = batch * _ceil_div(m, tm) * _ceil_div(n, tn)
         for s in SPLIT_K:
-            ok = (s == 1) | (k >= s * MIN_K_PER_SPLIT)
+            ok = (s == 1) | ((k >= s * MIN_K_PER_SPLIT) & (True if whole_k is None else ~np.asarray(whole_k)))
             tiles = base * s
             waves = _ceil_div(tiles, sms)
             t = np.where(ok, waves * 2.0 * tm * tn * _ceil_div(k, s) / per_sm, np.inf)
@@ -562,7 +571,8 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     )
     peak = hw["peak"] * np.where(np.isin(fam, ALIGNED_FEED_FAMILIES), alignment_factor(hw["mode"], align), 1.0)
 
-    t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), peak, sms)
+    whole_k = np.isin(fam, WHOLE_K_FAMILIES)
+    t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), peak, sms, whole_k)
     t_c = np.where(is_gemm, t_c, 0.0)
     ops = df["op"].to_numpy(object)
     t_c = t_c + attention_exp_s(ops, batch, m, k, hw["sms"], np.where(hw["gpu"] > 0, hw["clock"], 0.0))

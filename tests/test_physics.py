@@ -1115,12 +1115,16 @@ def test_a_tf32_gemm_no_row_showed_runs_as_the_tensor_core_kernels_the_learner_k
     assert 0.95 < np.median(ratio[y > 0.1]) < 1.08, np.median(ratio[y > 0.1])
 
 
-def test_attention_no_row_showed_runs_as_the_gemms_the_learner_knows():
+def test_attention_no_row_showed_runs_as_the_gemms_the_learner_knows(monkeypatch):
     """A fused SDPA is two GEMMs: the learner reads a GEMM or attention row as ``gemm_like`` (features.physics
     .FEATURES), so attention outside training takes the GEMMs' leaves: trained on the small NeuSight slice and every
-    H200 row but its SDPAs, the H200's 60 SDPAs come out at 15.4% MAPE, the 26 over 0.1 ms at 1.08x their time
-    (median). With a one-hot ``family_gemm`` an attention row sat with the convolutions and memory-bound ops in every
-    split on it: 21.2% and 1.16x."""
+    H200 row but its SDPAs, the H200's 60 SDPAs come out at 18.8% MAPE, the 26 over 0.1 ms at 1.17x their time
+    (median); with a one-hot ``family_gemm`` in its place (an attention row then sat with the convolutions and
+    memory-bound ops in every split on it) 23.7% and 1.25x. (Before attention's K was whole, stop 37: 15.4% / 1.08x
+    against 21.2% / 1.16x; at the checks' scale, 100 rows per NeuSight file, seeds 0-2, the two differ less: 15.0 / 12.9
+    / 13.5% against 16.8 / 12.8 / 13.9%.)"""
+    import models.physics as mp
+
     assert "gemm_like" in FEATURES and "family_gemm" not in FEATURES and "family_attention" in FEATURES
     rows, X = small_rows(), small_frame()
     sdpa = (rows["op"] == "sdpa").to_numpy()
@@ -1129,8 +1133,11 @@ def test_attention_no_row_showed_runs_as_the_gemms_the_learner_knows():
     ).all()
     assert (X.loc[(rows["family"] == "conv").to_numpy(), "gemm_like"] == 0).all()
     ratio, y = predicted_over_measured(sdpa, sdpa)
-    assert np.mean(np.abs(ratio - 1)) < 0.18, np.mean(np.abs(ratio - 1))
-    assert 0.92 < np.median(ratio[y > 0.1]) < 1.12, np.median(ratio[y > 0.1])
+    monkeypatch.setattr(mp, "FEATURES", tuple("family_gemm" if f == "gemm_like" else f for f in FEATURES))
+    one_hot, _ = predicted_over_measured(sdpa, sdpa)
+    mape, mape_one_hot = np.mean(np.abs(ratio - 1)), np.mean(np.abs(one_hot - 1))
+    assert mape < 0.21 and mape < mape_one_hot - 0.02, (mape, mape_one_hot)
+    assert 0.92 < np.median(ratio[y > 0.1]) < np.median(one_hot[y > 0.1]), np.median(ratio[y > 0.1])
 
 
 def test_a_linear_has_the_floor_of_its_host_path():
