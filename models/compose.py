@@ -1,7 +1,7 @@
 """A network's runtime, power and energy from its kernels' predictions, by execution mode (a library, no MLflow).
 
     from models.compose import compose, load_execution
-    res = compose(kernels, "cuda_graph", load_execution()["gpu"], static_power_w=132.7)
+    res = compose(kernels, "cuda_graph", load_execution()["gpu"], static_power_w=132.0)
     res.total     # runtime_ms (+ _lo/_hi), and power_w / energy_j (+ ends) when the kernels carry power_w
     res.kernels   # per kernel: launched, fused_into, device_ms, step_ms (its share of the network runtime)
 
@@ -483,9 +483,11 @@ def main(argv: list[str] | None = None) -> int:
     (the numbers conf/execution.yaml and conf/hardware/H200-SXM.yaml hold, with their sources)."""
     import argparse
     import json
+    import sys
     import warnings
 
     from data.hardware import HardwareRegistry
+    from data.importers import DatasetError
     from data.importers.hopper import import_hopper
 
     parser = argparse.ArgumentParser(prog="python -m models.compose")
@@ -495,7 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     registry = HardwareRegistry.from_dir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = import_hopper(args.data_root, registry)
+        try:
+            rows = import_hopper(args.data_root, registry)
+        except DatasetError as e:  # one line naming the missing or bad file, not a traceback
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         print(
             json.dumps(
                 {"floor_ms": fit_floors(rows, registry), "static_power_w": fit_static_power(rows, registry)}, indent=1

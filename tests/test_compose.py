@@ -234,6 +234,22 @@ def test_committed_gpu_constants_are_what_the_h200_set_gives(registry):
     assert registry.get("H200-SXM").idle_power_w == fitted["static_power_w"]["H200-SXM"]
 
 
+def test_gpu_constants_without_the_data_says_so_in_one_line(tmp_path):
+    """``python -m models.compose gpu-constants`` on a folder without the H200 set: one error line, exit 2."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "models.compose", "gpu-constants", "--data-root", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 # --------------------------------------------------------------------------- one call: runtime, power, energy
 @pytest.fixture(scope="module")
 def power_store(tmp_path_factory, registry):
