@@ -92,6 +92,11 @@ MIN_K_PER_SPLIT = 64  # a K slice shorter than this is not worth a split (the li
 # the split on all 14 GPU series (NeuSight's four 0.78 / 0.62 / 0.58 / 0.62 -> 0.73 / 0.60 / 0.54 / 0.55 for P100 / P4 /
 # T4 / V100, DeepBench's ten by 0.005-0.026); the H200 set's convs and SDPAs have tiles enough either way (< 1%).
 WHOLE_K_FAMILIES = ("conv", "attention")
+# The version of the time laws of this module (the stop that last changed one). A model saves the version it was
+# fitted with and warns when code with other laws loads it (models.physics): its efficiencies were learned against the
+# old times, so its predictions move (the main job's champion of stop 36, fitted before the whole K, went from 13.63 to
+# 15.17% MAPE on the same held-out rows). 37: convolutions and attention over their whole K; 0: saved before versions.
+PHYSICS_VERSION = 37
 ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
 # Below 16 bytes the library's tensor-core kernels load at most this many bytes at a time: an 8-byte-aligned row runs
 # as a 4-byte-aligned one. Measured (GEMMs of 3+ GFLOP, achieved / tensor peak, 90th percentile; 16-bit and tf32):

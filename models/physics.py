@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from pathlib import Path
 
 import joblib
@@ -65,6 +66,7 @@ from features.physics import (
     HARNESSES,
     LAYOUT,
     MODES,
+    PHYSICS_VERSION,
     SIZE,
     PhysicsFeaturizer,
     derived_inputs,
@@ -486,6 +488,7 @@ class PhysicsModel(CostModel):
             raise ValueError(f"PhysicsModel: e_max and e_max_gemm must be > 0, got {self.e_max}, {self.e_max_gemm}")
         X = physics_frame(X)
         y = check_targets(y, len(X))
+        self.physics_version_ = PHYSICS_VERSION  # the time laws it learns against (saved; a load by other laws warns)
         self._fit_core(X, y)
         self.domain_ = Domain(FEATURES, HARDWARE, HARDWARE_IDENTITY, SIZE).fit(X)
         self.corrections_: list[dict] = self._fit_hardware_corrections(X, y) if self.hardware_corrections else []
@@ -945,6 +948,7 @@ class PhysicsModel(CostModel):
     # --- persistence --------------------------------------------------------------------------------------
     def _save_payload(self, path: Path) -> None:
         state = {
+            "physics_version": getattr(self, "physics_version_", PHYSICS_VERSION),  # a calibrated old model keeps its
             "floors": self.floors_,
             "margin_shift": self.margin_shift_,
             "gemm_bytes_over_l2": self.gemm_bytes_over_l2,
@@ -971,6 +975,14 @@ class PhysicsModel(CostModel):
 
     def _load_payload(self, path: Path) -> None:
         state = json.loads((path / "physics.json").read_text())
+        self.physics_version_ = int(state.get("physics_version", 0))
+        if self.physics_version_ != PHYSICS_VERSION:  # its efficiencies were learned against other times
+            warnings.warn(
+                f"model {path} was fitted with physics laws v{self.physics_version_}, this code has "
+                f"v{PHYSICS_VERSION} (features.physics.PHYSICS_VERSION): its predictions moved; refit it "
+                "(make run) or calibrate it",
+                stacklevel=2,
+            )
         floors = state["floors"]
         if not all(isinstance(v, dict) for v in floors.values()):  # saved before floors were per regime
             floors = {r: dict(floors) for r in FLOOR_REGIMES}

@@ -703,6 +703,31 @@ def test_a_model_saved_before_gemms_stopped_reading_bytes_over_l2_predicts_as_tr
     np.testing.assert_allclose(loaded.predict(X), old.predict(X), rtol=1e-6)
 
 
+def test_a_model_fitted_with_other_physics_laws_warns_when_loaded(tmp_path):
+    """A model saves the version of the time laws it learned against (features.physics.PHYSICS_VERSION); loaded by
+    code with other laws (or saved before versions were kept) it warns once, naming both versions, and still
+    predicts; a model of today's laws loads without a warning."""
+    import json
+    import warnings
+
+    from features.physics import PHYSICS_VERSION
+
+    rows, X = small_rows(), small_frame()
+    model = PhysicsModel(**FAST).fit(X, rows["runtime_ms"].to_numpy())
+    path = model.save(tmp_path / "today")
+    assert json.loads((path / "physics.json").read_text())["physics_version"] == PHYSICS_VERSION
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_model(path).physics_version_ == PHYSICS_VERSION
+    state = json.loads((path / "physics.json").read_text())
+    del state["physics_version"]  # an artifact of stop 36 or earlier
+    (path / "physics.json").write_text(json.dumps(state))
+    with pytest.warns(UserWarning, match=rf"physics laws v0, this code has v{PHYSICS_VERSION}") as caught:
+        old = load_model(path)
+    assert len([w for w in caught if "physics laws" in str(w.message)]) == 1
+    np.testing.assert_allclose(old.predict(X), model.predict(X), rtol=1e-6)
+
+
 def test_a_gemms_operand_layout_comes_from_its_columns_its_config_or_its_op(registry):
     """transpose_a / transpose_b: the columns where given, else a row's ``config`` (DeepBench's transposes), else
     row-major; ``linear`` reads its weight as [n, k]; other ops 0; a bad value is one clear error naming the row."""
