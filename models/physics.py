@@ -979,8 +979,7 @@ class PhysicsModel(CostModel):
         if self.physics_version_ != PHYSICS_VERSION:  # its efficiencies were learned against other times
             warnings.warn(
                 f"model {path} was fitted with physics laws v{self.physics_version_}, this code has "
-                f"v{PHYSICS_VERSION} (features.physics.PHYSICS_VERSION): its predictions moved; refit it "
-                "(make run) or calibrate it",
+                f"v{PHYSICS_VERSION} (features.physics.PHYSICS_VERSION): its predictions moved; refit it (make run)",
                 stacklevel=2,
             )
         floors = state["floors"]
