@@ -404,10 +404,11 @@ def gemm_time(batch, m, n, k, peak, sms, whole_k=None):
     best = np.full(len(m), np.inf)
     out = {key: np.zeros(len(m)) for key in ("waves", "tiles", "tm", "tn", "split")}
     per_sm = peak / sms
+    may_split = np.ones(len(m), bool) if whole_k is None else ~np.asarray(whole_k, bool)
     for tm, tn in TILES:
         base = batch * _ceil_div(m, tm) * _ceil_div(n, tn)
         for s in SPLIT_K:
-            ok = (s == 1) | ((k >= s * MIN_K_PER_SPLIT) & (True if whole_k is None else ~np.asarray(whole_k)))
+            ok = (s == 1) | ((k >= s * MIN_K_PER_SPLIT) & may_split)
             tiles = base * s
             waves = _ceil_div(tiles, sms)
             t = np.where(ok, waves * 2.0 * tm * tn * _ceil_div(k, s) / per_sm, np.inf)

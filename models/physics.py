@@ -948,7 +948,8 @@ class PhysicsModel(CostModel):
     # --- persistence --------------------------------------------------------------------------------------
     def _save_payload(self, path: Path) -> None:
         state = {
-            "physics_version": getattr(self, "physics_version_", PHYSICS_VERSION),  # a calibrated old model keeps its
+            # the laws it was fitted against (a calibrated old model keeps the old version)
+            "physics_version": getattr(self, "physics_version_", PHYSICS_VERSION),
             "floors": self.floors_,
             "margin_shift": self.margin_shift_,
             "gemm_bytes_over_l2": self.gemm_bytes_over_l2,
