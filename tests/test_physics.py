@@ -213,6 +213,51 @@ def test_gemm_tiles_and_waves(registry):
     assert odd["log2_align_bytes"][0] == 1  # an odd row of fp16: 2-byte aligned
 
 
+def test_a_convolution_and_attention_reduce_over_their_whole_k(registry, monkeypatch):
+    """features.physics.WHOLE_K_FAMILIES: a forward conv (implicit GEMM) and a fused SDPA are not split along K; a
+    GEMM of the same dims is. A conv of few output tiles and a long K (M = batch x h x w = 49, N = 218, K = 9 x 1128)
+    is costed as its tiles walking all of K: one wave of one tile's full K loop, not a 16-way split."""
+    import features.physics as fp
+
+    conv = describe("conv2d", "V100-PCIe-32GB", batch=1, c_in=1128, c_out=218, h=7, w=7, kernel=3, stride=1, padding=1)
+    gemm = describe("matmul", "V100-PCIe-32GB", m=49, n=218, k=9 * 1128)
+    sdpa = describe("sdpa", "H200-SXM", "bfloat16", batch=1, heads=2, seq_len=4096, head_dim=64, causal=0)
+    X = PhysicsFeaturizer(registry).transform(pd.concat([conv, gemm, sdpa], ignore_index=True))
+    assert X["log2_split_k"].tolist()[0] == 0 and X["log2_split_k"].tolist()[2] == 0
+    assert X["log2_split_k"][1] > 0  # cuBLAS splits K where it pays
+    per_sm = registry.get("V100-PCIe-32GB").peak_flops("float32") / 80
+    # the best tile is 32 x 32 (14 tiles, one wave on 80 SMs), each walking all 10 152 of K
+    assert X["compute_ms"][0] == pytest.approx(2.0 * 32 * 32 * 9 * 1128 / per_sm * 1e3, rel=1e-9)
+    assert X["compute_ms"][0] > 4 * X["compute_ms"][1]  # the GEMM of the same dims, split
+    monkeypatch.setattr(fp, "WHOLE_K_FAMILIES", ())
+    split = PhysicsFeaturizer(registry).transform(pd.concat([conv, sdpa], ignore_index=True))
+    assert split["log2_split_k"][0] > 0 and split["compute_ms"][0] < X["compute_ms"][0] / 4
+    assert split["compute_ms"][1] < X["compute_ms"][2]  # 2 x 32 query tiles on 132 SMs: the split was shorter
+
+
+@pytest.mark.shared_data
+def test_whole_k_explains_the_packs_convolutions_better_than_a_split(registry, monkeypatch):
+    """The evidence for WHOLE_K_FAMILIES: on every NeuSight GPU of the pack, log(runtime / compute time) of its convs
+    over 0.3 ms (the floor a small share) spreads less with the whole K than with the best split (P100 / P4 / T4 / V100
+    0.78 / 0.62 / 0.58 / 0.62 -> 0.73 / 0.60 / 0.54 / 0.55)."""
+    import features.physics as fp
+    from data.reference import load_reference
+
+    rows = load_reference()
+    rows = rows[(rows["status"] == "ok") & (rows["op"] == "conv2d") & (rows["runtime_ms"] > 0.3)]
+    rows = rows[rows["source"].str.startswith("neusight")].reset_index(drop=True)
+    whole = PhysicsFeaturizer(registry).transform(rows)["compute_ms"].to_numpy()
+    monkeypatch.setattr(fp, "WHOLE_K_FAMILIES", ())
+    split = PhysicsFeaturizer(registry).transform(rows)["compute_ms"].to_numpy()
+    y = rows["runtime_ms"].to_numpy(float)
+    gpus = rows["hardware"].to_numpy()
+    assert len(set(gpus)) == 4
+    for gpu in set(gpus):
+        i = gpus == gpu
+        spread_whole, spread_split = np.std(np.log(y[i] / whole[i])), np.std(np.log(y[i] / split[i]))
+        assert spread_whole < spread_split - 0.01, (gpu, spread_whole, spread_split)
+
+
 def test_memory_bound_ops_move_with_bandwidth(registry):
     """A GPU with twice the bandwidth (all else equal) runs a large layernorm / add about twice as fast. Both are
     spec variants no row was measured on, of no known architecture (a measured GPU's own correction would apply to
