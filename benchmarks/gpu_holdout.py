@@ -1,16 +1,22 @@
 """Judge a runtime model on a GPU it never saw: measure a held-out sweep there, then score the model and calibrate.
 
     python benchmarks/gpu_holdout.py pool --out pool.csv [--seed 0]                       # here: the workloads
+    python benchmarks/gpu_holdout.py pool --from neusight --out ns.csv [--per-op 320]     # here: NeuSight's shapes
     python benchmarks/gpu_holdout.py measure pool.csv --out rows.jsonl [--seconds 300]    # on the GPU
     python benchmarks/gpu_holdout.py judge rows.jsonl [--model models:/costmodel-runtime@champion] [--repeats 3]
 
 ``pool``: the candidate pool of ``costmodel calibrate --measure`` (``pipelines.calibrate.candidates``: matmul, bmm,
 linear, conv2d, sdpa, layernorm, softmax, add, gelu at GPU sizes, seeded) in float32, tf32, float16 and bfloat16,
-shuffled, as a CSV. ``measure`` (a machine with an NVIDIA GPU; needs only torch, numpy, pandas, pyyaml and
-nvidia-ml-py, not the rest of the project's dependencies): the pool's workloads in order, measured one by one with
-the cuda backend (``data.backends.cuda``: CUDA events, CUDA graphs for kernels under 30 us, timing only) until
+shuffled, as a CSV; ``--from neusight``: NeuSight's own workloads instead (``../shared/data/neusight``: distinct bmm,
+linear, conv2d, layernorm, softmax and elementwise shapes of its five GPUs, float32, at most ``--per-op`` of each of
+the first five ops and a tenth as many of each elementwise one, seeded and shuffled): measured on a GPU outside
+NeuSight's five, they put the check (a) question to the product's own harness. ``measure`` (a machine with an
+NVIDIA GPU; needs only torch, numpy, pandas, pyyaml and nvidia-ml-py, not the rest of the project's dependencies): the
+pool's workloads in order, measured one by one with the cuda backend (``data.backends.cuda``: CUDA events, CUDA
+graphs for kernels under 30 us, timing only) until
 ``--seconds`` have passed. Each row (the row schema's columns) is appended to ``--out`` as one JSON line as soon as
 it is measured, so a run cut off keeps what it measured, and a rerun skips the workloads already in the file.
+``--power``: with NVML power, energy and the SM clock of each row (a window of >= 0.3 s each: slower).
 
 ``judge`` (here): the model's prediction for every ok row, asked for with the harness it was timed with (a CUDA
 graph's replay or a stream of calls: ``features.physics.HARNESSES``), from the spec sheet alone (the rows' GPU must
@@ -19,14 +25,15 @@ rest; ``--choose model``: on the k rows ``costmodel calibrate --measure`` would 
 (``pipelines.calibrate.rank_workloads``; the pool is its candidate sweep, so these are the rows it would measure).
 Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
 
-    python benchmarks/gpu_holdout.py fit rows.jsonl [more.jsonl ...] [--seed 0]          # here: a change to the physics
+    python benchmarks/gpu_holdout.py fit rows.jsonl [more.jsonl ...] [--seed 0] [--exclude GPU]  # here: a change
     python benchmarks/gpu_holdout.py probe --out probe.csv                                 # here: open questions
     python benchmarks/gpu_holdout.py measure probe.csv --out probe.jsonl --seconds 240    # on the GPU
     python benchmarks/gpu_holdout.py report probe.jsonl                                    # here: their answers
 
 ``fit`` (here): the physics model as the main job configures it (conf/model/physics.yaml), fitted on the main job's
 real GPU rows (the pack's sample of conf/collect/default.yaml at ``--seed``; no CPU rows, no split held out, no
-interval folds), scored on each file's rows from the spec sheet: what a change to the physics or the learner does to
+interval folds; ``--exclude H200-SXM``: without that GPU's rows, so the measured GPU is one it never saw), scored on
+each file's rows from the spec sheet: what a change to the physics or the learner does to
 GPUs it never trained on, without a registry, in about 30 s.
 
 ``probe`` (here): the workloads that answer what the measured rows left open (:data:`PROBES`), each question as pairs
@@ -60,7 +67,7 @@ def measure(args) -> int:
     from data.workloads import OPS, shape_id
 
     def make(graph):
-        return CudaBackend(windows=5, min_window_ms=10.0, warmup=2, power=False, source="cuda-sweep", graph=graph)
+        return CudaBackend(windows=5, min_window_ms=10.0, warmup=2, power=args.power, source="cuda-sweep", graph=graph)
 
     backends = {"auto": make("auto"), "eager": make(False), "graph": make(True)}  # a pool's ``timing`` column
     backend = backends["auto"]
@@ -106,13 +113,45 @@ def measure(args) -> int:
     return 0
 
 
+ELEMENTWISE_SHARE = 10  # --from neusight: an elementwise op gets per_op / 10 shapes (they are alike, and fast)
+
+
+def neusight_pool(per_op: int, seed: int, root=None):
+    """NeuSight's distinct workloads (float32; its five GPUs' shapes), at most ``per_op`` of each GEMM, conv, norm and
+    softmax op and ``per_op // ELEMENTWISE_SHARE`` of each elementwise one, seeded, shuffled."""
+    import numpy as np
+    import pandas as pd
+
+    from data.importers.neusight import import_neusight
+    from data.workloads import OPS
+
+    rows = import_neusight(root)
+    rng = np.random.default_rng(seed)
+    parts = []
+    for op, group in rows.groupby("op", sort=True):
+        distinct = group.drop_duplicates("shape_id")
+        n = per_op if group["family"].iloc[0] != "elementwise" else max(1, per_op // ELEMENTWISE_SHARE)
+        take = distinct.sample(min(n, len(distinct)), random_state=int(rng.integers(2**31)))
+        parts.append(take[["op", *OPS[op].params]].assign(dtype="float32"))
+    frame = pd.concat(parts, ignore_index=True)
+    return frame.iloc[rng.permutation(len(frame))].reset_index(drop=True)
+
+
 def pool(args) -> int:
     import numpy as np
 
+    from data.importers import DatasetError
     from pipelines.calibrate import candidates
 
-    frame = candidates(args.hardware, DTYPES, args.seed)
-    frame = frame.iloc[np.random.default_rng(args.seed).permutation(len(frame))].drop(columns=["hardware"])
+    if args.source == "neusight":
+        try:
+            frame = neusight_pool(args.per_op, args.seed, args.data_root)
+        except DatasetError as exc:
+            print(f"gpu_holdout: error: {exc}", file=sys.stderr)
+            return 2
+    else:
+        frame = candidates(args.hardware, DTYPES, args.seed)
+        frame = frame.iloc[np.random.default_rng(args.seed).permutation(len(frame))].drop(columns=["hardware"])
     frame.to_csv(args.out, index=False)
     print(f"{len(frame)} workloads -> {args.out}")
     return 0
@@ -143,6 +182,10 @@ def pool(args) -> int:
 #   bmm floor) and the H200 set's stream (22-47 us against 10-20 for matmuls of as little work). The same small square
 #   GEMMs as ``linear`` and ``matmul``, eager and from a CUDA graph: under the law linear - matmul is the host path's
 #   10-20 us eager and ~0 from a graph (FLOOR_OP_PRIOR 1); a device-side cost (a bias kernel) would show in both.
+# * long_gemm (stop 38): does a long compute-bound kernel lose rate to the power limit, as the 70 W cards' long GEMMs
+#   do (0.2-0.4 of their peak), and does a fitted model say so of a GPU that does not? Square GEMMs of 1 024-16 384 in
+#   float32 (the CUDA cores), bfloat16 and tf32, one long K and one long M x N, and float32 SDPAs (the memory-efficient
+#   kernel; the H200 set has none); with ``measure --power`` each row carries its power and SM clock.
 PROBES = {
     "row_alignment": {
         "ops": ("layernorm", "softmax", "add"),
@@ -169,6 +212,12 @@ PROBES = {
         "shape": {"batch": 8, "h": 224, "w": 224, "c_out": 64, "kernel": 7, "stride": 2, "padding": 3},
         "channels": (1, 3, 4, 6, 8, 16),
         "dtypes": ("float32", "tf32", "bfloat16"),
+    },
+    "long_gemm": {
+        "square": {"float32": (1024, 2048, 4096, 6144, 8192, 12288, 16384), "bfloat16": (4096, 8192, 16384)},
+        "square_tf32": (8192,),
+        "skinny": ({"m": 1024, "n": 1024, "k": 65536}, {"m": 16384, "n": 16384, "k": 1024}),
+        "sdpa": {"batch": 8, "heads": 16, "seq_len": (1024, 4096), "head_dim": (64, 128)},
     },
     "linear_floor": {
         "sizes": (64, 256, 1024, 2048),
@@ -217,6 +266,19 @@ def probe(args) -> int:
             {"question": "stem_channels", "op": "conv2d", **spec["shape"], "c_in": c, "dtype": d}
             for d in spec["dtypes"]
         ]
+    spec = PROBES["long_gemm"]
+    squares = [(d, n) for d, sizes in spec["square"].items() for n in sizes] + [
+        ("tf32", n) for n in spec["square_tf32"]
+    ]
+    rows += [{"question": "long_gemm", "op": "matmul", "dtype": d, "m": n, "n": n, "k": n} for d, n in squares]
+    rows += [{"question": "long_gemm", "op": "matmul", "dtype": "float32", **mnk} for mnk in spec["skinny"]]
+    att = spec["sdpa"]
+    rows += [
+        {"question": "long_gemm", "op": "sdpa", "dtype": "float32", "batch": att["batch"], "heads": att["heads"]}
+        | {"seq_len": s_, "head_dim": hd, "causal": 0}
+        for s_ in att["seq_len"]
+        for hd in att["head_dim"]
+    ]
     spec = PROBES["linear_floor"]
     rows += [
         {"question": "linear_floor", "op": op, "dtype": d, "m": n, "n": n, "k": n, "timing": t}
@@ -267,6 +329,12 @@ def report(args) -> int:
         )
         print("sdpa, TFLOP/s (the two GEMMs' FLOPs / runtime) by head_dim:")
         print(table.round(1).to_string())
+    big = rows[(rows["op"] == "matmul") & (rows["flops"] >= 1e9)]
+    if len(big):
+        cols = [c for c in ("power_w", "sm_clock_mhz") if c in big and big[c].notna().any()]
+        table = big.assign(**{"TFLOP/s": big["flops"] / big["runtime_ms"] / 1e9}).set_index(["dtype", "m", "n", "k"])
+        print("matmul over 1 GFLOP, TFLOP/s by shape and dtype" + (" (power W, SM clock MHz)" if cols else "") + ":")
+        print(table[["runtime_ms", "TFLOP/s", *cols]].sort_index().round(2).to_string())
     conv = rows[rows["op"] == "conv2d"]
     if len(conv):
         rate = conv["flops"] / conv["runtime_ms"] / 1e9
@@ -360,11 +428,17 @@ def fit(args) -> int:
     cap = {"": args.cap} if args.cap else dict(ref.cap)  # "": every source
     rows = ReferenceBackend(cap=cap, seed=ref.seed, exclude_hardware=ref.exclude_hardware).rows()
     rows = rows[rows["status"] == "ok"].reset_index(drop=True)
+    unknown = sorted(set(args.exclude) - set(rows["hardware"]))
+    if unknown:
+        print(f"gpu_holdout: error: --exclude {unknown[0]!r}: no such GPU in the pack's rows", file=sys.stderr)
+        return 2
+    rows = rows[~rows["hardware"].isin(args.exclude)].reset_index(drop=True)  # a GPU the model never sees
     encoder = PhysicsFeaturizer(registry)
     trees = {"n_estimators": args.trees} if args.trees else {}
     model = experiment.build(experiment.model_entries(cfg)["physics"], interval_folds=False, keep_rows=0, **trees)
     model.fit(encoder.transform(rows), rows["runtime_ms"].to_numpy(float))
-    print(f"physics model fitted on {len(rows)} real GPU rows of the pack (seed {args.seed})")
+    without = f", without {', '.join(args.exclude)}" if args.exclude else ""
+    print(f"physics model fitted on {len(rows)} real GPU rows of the pack (seed {args.seed}{without})")
     for path in args.rows:
         measured = pd.read_json(path, lines=True)
         measured = measured[measured["status"] == "ok"].reset_index(drop=True)
@@ -385,10 +459,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--hardware", default="H100-SXM", help="a conf/hardware id (sizes do not depend on it)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--from", dest="source", choices=("calibrate", "neusight"), default="calibrate")
+    p.add_argument("--per-op", type=int, default=320, help="--from neusight: shapes per op (elementwise: a tenth)")
+    p.add_argument("--data-root", default=None, help="--from neusight: the shared data folder (default ../shared/data)")
     m = sub.add_parser("measure", help="measure the pool on this machine's GPU")
     m.add_argument("pool", type=Path, help="workloads (op, dtype, shape columns), measured in file order")
     m.add_argument("--out", type=Path, required=True, help="rows, one JSON line each (appended; a rerun resumes)")
     m.add_argument("--seconds", type=float, default=300.0, help="stop starting new workloads after this long")
+    m.add_argument("--power", action="store_true", help="NVML power, energy and SM clock per row (slower)")
     j = sub.add_parser("judge", help="score a registered model on the measured rows and calibrate it")
     j.add_argument("rows", type=Path)
     j.add_argument("--model", default="models:/costmodel-runtime@champion")
@@ -405,6 +483,7 @@ def main(argv=None) -> int:
     f.add_argument("--seed", type=int, default=0, help="the pack sample's seed (and the model's)")
     f.add_argument("--trees", type=int, default=None, help="n_estimators (default: conf/model/physics.yaml's)")
     f.add_argument("--cap", type=int, default=None, help="rows per source, GPU, op and dtype (default: the main job's)")
+    f.add_argument("--exclude", action="append", default=[], help="a GPU of the pack left out of training (repeatable)")
     q = sub.add_parser("probe", help="write the workloads of the open questions (PROBES), a CSV for measure")
     q.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("report", help="print what measured probe rows answer")

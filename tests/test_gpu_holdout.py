@@ -49,6 +49,46 @@ def test_measure_appends_rows_as_measured_and_a_rerun_resumes(tmp_path, monkeypa
     assert all(r["status"] == "ok" and r["runtime_ms"] > 0 and r["hardware"] == "H100-SXM" for r in lines)
     assert {r["timing_method"] for r in lines} <= {"cuda_graph", "cuda_events"}
     assert "1 already measured" in capsys.readouterr().out
+    from data.nvml import NvmlPower
+    from tests.fake_nvml import FakeNvml
+
+    powered = tmp_path / "powered.jsonl"  # --power: each row with its NVML power and SM clock (the fake GPU's NVML)
+    monkeypatch.setattr(
+        NvmlPower, "open", classmethod(lambda cls, *a, **k: cls(FakeNvml(gpu), ticks=3, settle_ticks=1))
+    )
+    with fake_cuda.installed(monkeypatch, fake_cuda.FakeCudaDevice.from_spec(registry.get("H100-SXM"), gpu)):
+        assert gpu_holdout.main(["measure", str(tmp_path / "first.csv"), "--out", str(powered), "--power"]) == 0
+    (row,) = [json.loads(line) for line in powered.read_text().splitlines()]
+    assert 70.0 < row["power_w"] < 600.0 and row["sm_clock_mhz"] > 0
+    assert all(r["power_w"] is None for r in lines)  # timing only without it
+
+
+@pytest.mark.shared_data
+def test_the_neusight_pool_is_its_distinct_float32_shapes_per_op_seeded(tmp_path, capsys):
+    """``pool --from neusight``: NeuSight's own workloads (distinct shapes, float32), at most --per-op of each op and a
+    tenth as many of each elementwise one, every one valid for measure (op and shape columns), seeded; a missing data
+    folder is one error line."""
+    from data.workloads import OPS
+
+    out = tmp_path / "ns.csv"
+    assert gpu_holdout.main(["pool", "--from", "neusight", "--per-op", "40", "--out", str(out), "--seed", "1"]) == 0
+    pool = pd.read_csv(out)
+    counts = pool["op"].value_counts()
+    assert {"bmm", "linear", "conv2d", "layernorm", "softmax", "gelu"} <= set(counts.index)
+    assert counts[["bmm", "linear", "conv2d", "layernorm", "softmax"]].eq(40).all() and counts["gelu"] == 4
+    assert set(pool["dtype"]) == {"float32"} and pool["op"].head(20).nunique() > 2  # shuffled
+    for op, group in pool.groupby("op"):
+        shapes = group[list(OPS[op].params)]
+        assert shapes.notna().all().all() and not shapes.duplicated().any()
+    again = tmp_path / "again.csv"
+    gpu_holdout.main(["pool", "--from", "neusight", "--per-op", "40", "--out", str(again), "--seed", "1"])
+    pd.testing.assert_frame_equal(pool, pd.read_csv(again))
+    capsys.readouterr()
+    bad = ["pool", "--from", "neusight", "--out", str(tmp_path / "x.csv"), "--data-root", str(tmp_path / "none")]
+    assert gpu_holdout.main(bad) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpu_holdout: error:") and "does not exist" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.csv").exists()
 
 
 def test_measure_without_a_gpu_is_one_error_line(tmp_path, capsys):
@@ -77,6 +117,12 @@ def test_fit_scores_measured_rows_with_the_physics_model_fitted_on_the_pack(tmp_
     fitted = int(out.split("fitted on ")[1].split(" real GPU rows")[0])
     assert 15 * 3 < fitted < 1000  # at most 3 rows per source, GPU, op and dtype: every GPU, a few rows each
     assert 0 < float(line.split(": all ")[1].split(",")[0]) < 100
+    # --exclude: the measured GPU left out of training (the model never saw it); a GPU not in the pack is an error
+    assert gpu_holdout.main(["fit", str(path), "--trees", "10", "--cap", "3", "--exclude", "H200-SXM"]) == 0
+    out = capsys.readouterr().out
+    assert "without H200-SXM" in out and int(out.split("fitted on ")[1].split(" real GPU rows")[0]) < fitted
+    assert gpu_holdout.main(["fit", str(path), "--trees", "10", "--exclude", "H300"]) == 2
+    assert "no such GPU" in capsys.readouterr().err
 
 
 def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path, monkeypatch, registry, capsys):
@@ -105,6 +151,10 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
     assert (lin.groupby(["m", "dtype"])[["op", "timing"]].nunique() == 2).all().all() and (lin["m"] == lin["k"]).all()
     att = probe[probe["question"] == "attention_exp"]  # every head dim at each shape, causal or not
     assert (att.groupby(["dtype", "seq_len", "causal"])["head_dim"].agg(set) == {32, 64, 128, 256}).all()
+    long = probe[probe["question"] == "long_gemm"]  # float32 GEMMs up to 16 384 squared, bf16 / tf32 ones, SDPAs
+    squares = long[(long["op"] == "matmul") & (long["m"] == long["k"]) & (long["m"] == long["n"])]
+    assert {1024, 16384} <= set(squares.loc[squares["dtype"] == "float32", "m"].astype(int))
+    assert {"bfloat16", "tf32"} <= set(squares["dtype"]) and set(long.loc[long["op"] == "sdpa", "dtype"]) == {"float32"}
     stem = probe[probe["question"] == "stem_channels"]
     for _, group in stem.groupby("dtype"):  # below, at and above one 16-byte vector of channels, one shape
         assert {1, 3, 4, 8, 16} <= set(group["c_in"].astype(int)) and group["kernel"].nunique() == 1
@@ -117,6 +167,7 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
         | (probe["batch"] == 8) & (probe["h"] == 28)
         | (probe["question"] == "stem_channels") & probe["c_in"].isin([3, 8])
         | probe["question"].isin(["overlap", "linear_floor"]) & probe["m"].isin([256, 64])
+        | (probe["question"] == "long_gemm") & (probe["m"] == 1024) & (probe["k"] == 1024)
         | (probe["question"] == "attention_exp")
         & (probe["seq_len"] == 1024)
         & (probe["causal"] == 0)
@@ -136,7 +187,7 @@ def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path,
     text = capsys.readouterr().out
     assert f"{len(part)} ok rows on H100-SXM" in text
     assert "GB/s" in text and "2047" in text and "TFLOP/s" in text and "bfloat16" in text and "tf32" in text
-    assert "eager - graph" in text and "sdpa, TFLOP/s" in text
+    assert "eager - graph" in text and "sdpa, TFLOP/s" in text and "matmul over 1 GFLOP" in text
     measured = pd.read_json(out, lines=True)
     both = measured[measured["probe_timing"].notna()]
     assert set(zip(both["probe_timing"], both["timing_method"])) == {("eager", "cuda_events"), ("graph", "cuda_graph")}
