@@ -13,10 +13,10 @@ the first five ops and a tenth as many of each elementwise one, seeded and shuff
 NeuSight's five, they put the check (a) question to the product's own harness. ``measure`` (a machine with an
 NVIDIA GPU; needs only torch, numpy, pandas, pyyaml and nvidia-ml-py, not the rest of the project's dependencies): the
 pool's workloads in order, measured one by one with the cuda backend (``data.backends.cuda``: CUDA events, CUDA
-graphs for kernels under 30 us, timing only) until
-``--seconds`` have passed. Each row (the row schema's columns) is appended to ``--out`` as one JSON line as soon as
-it is measured, so a run cut off keeps what it measured, and a rerun skips the workloads already in the file.
-``--power``: with NVML power, energy and the SM clock of each row (a window of >= 0.3 s each: slower).
+graphs for kernels under 30 us; timing only, or with ``--power`` NVML power, energy and the SM clock of each row, a
+window of >= 0.3 s each) until ``--seconds`` have passed. Each row (the row schema's columns) is appended to ``--out``
+as one JSON line as soon as it is measured, so a run cut off keeps what it measured, and a rerun skips the workloads
+already in the file.
 
 ``judge`` (here): the model's prediction for every ok row, asked for with the harness it was timed with (a CUDA
 graph's replay or a stream of calls: ``features.physics.HARNESSES``), from the spec sheet alone (the rows' GPU must
@@ -33,8 +33,8 @@ Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows
 ``fit`` (here): the physics model as the main job configures it (conf/model/physics.yaml), fitted on the main job's
 real GPU rows (the pack's sample of conf/collect/default.yaml at ``--seed``; no CPU rows, no split held out, no
 interval folds; ``--exclude H200-SXM``: without that GPU's rows, so the measured GPU is one it never saw), scored on
-each file's rows from the spec sheet: what a change to the physics or the learner does to
-GPUs it never trained on, without a registry, in about 30 s.
+each file's rows from the spec sheet: what a change to the physics or the learner does to GPUs it never trained on,
+without a registry, in about 30 s.
 
 ``probe`` (here): the workloads that answer what the measured rows left open (:data:`PROBES`), each question as pairs
 of one size with and without the property in question, for ``measure`` (232 workloads, a few minutes on a GPU); a
