@@ -95,8 +95,9 @@ WHOLE_K_FAMILIES = ("conv", "attention")
 # The version of the time laws of this module (the stop that last changed one). A model saves the version it was
 # fitted with and warns when code with other laws loads it (models.physics): its efficiencies were learned against the
 # old times, so its predictions move (the main job's champion of stop 36, fitted before the whole K, went from 13.63 to
-# 15.17% MAPE on the same held-out rows). 37: convolutions and attention over their whole K; 0: saved before versions.
-PHYSICS_VERSION = 37
+# 15.17% MAPE on the same held-out rows). 38: a TF32 conv of a short reduction on the CUDA cores (MIN_TF32_CONV_K);
+# 37: convolutions and attention over their whole K; 0: saved before versions.
+PHYSICS_VERSION = 38
 ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
 # Below 16 bytes the library's tensor-core kernels load at most this many bytes at a time: an 8-byte-aligned row runs
 # as a 4-byte-aligned one. Measured (GEMMs of 3+ GFLOP, achieved / tensor peak, 90th percentile; 16-bit and tf32):
@@ -115,6 +116,16 @@ GEMM_FAMILIES = ("gemm", "conv", "attention")
 # stem 0.35 -> 0.65 of its time, fp16 ViT patch embedding 0.24 -> 0.89), all 19.1 -> 18.5; (a_all_dtypes) conv 32.9
 # -> 28.1.
 MIN_TC_CONV_BYTES = 16
+# In TF32 a conv also needs a reduction (c_in x kh x kw, the implicit GEMM's K) of MIN_TF32_CONV_K or more: a 3 x 3
+# conv of up to 14 input channels runs at the float32 rate, on the CUDA cores, while a 7 x 7 stem of 4 (K = 196) does
+# not. Measured on an H200 with the cuda backend (stop 38, benchmarks/gpu_holdout.py: NeuSight's 514 conv shapes timed
+# in float32 and in tf32): tf32 / float32 time 0.95-1.01 for every 3 x 3 conv with c_in 3-12 (K <= 108; 9 of them over
+# 0.3 ms), 1.00-1.16 at 13-14, 0.14-1.41 at 15-16, 0.7-1 / 2.1 at 17-30 and a median of 1 / 3.2 above 64 input
+# channels; the probe's 7 x 7 stems in tf32 ran 1.1x (c_in 3), 1.5x (4), 2.3x (8) their float32 time. NeuSight
+# measured its float32 convs with PyTorch's TF32 default (SOURCE_CONV_MATH): these are its convs on an Ampere or later
+# GPU (the law moved the H200's tf32 rows of c_in 4-14 from 58 to 38% MAPE, 1.14 -> 0.48 in log too fast). Only a
+# spatial kernel (kh x kw > 1): no 1 x 1 conv of a short reduction was measured in both modes.
+MIN_TF32_CONV_K = 128
 # the families whose tensor-core peak is scaled by their operands' alignment (module docstring): not convolutions.
 # Measured (the physics model fitted on the main job's GPU pack sample, scored on 2 160 random kernels timed with the
 # cuda backend on each of an H100 and an H200, seeds 0 / 1): 16-bit convolutions of the H200 66.6 / 62.2 -> 36.9 /
@@ -560,12 +571,12 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     hw = _hardware_table(df, registry, fam)
     dtype = df["dtype"].to_numpy(object)
     dbytes = np.array([DTYPE_BYTES[d] for d in dtype], float)
-    # a conv with fewer input channels than one 16-byte vector holds runs on the CUDA cores (:data:`MIN_TC_CONV_BYTES`)
-    off = (
-        (fam == "conv")
-        & np.isin(hw["mode"], TENSOR_MODES)
-        & (shp["row_a"].to_numpy(float) * dbytes < MIN_TC_CONV_BYTES)
-    )
+    # a conv with fewer input channels than one 16-byte vector holds runs on the CUDA cores (:data:`MIN_TC_CONV_BYTES`),
+    # in TF32 also one of a short reduction (:data:`MIN_TF32_CONV_K`)
+    narrow = shp["row_a"].to_numpy(float) * dbytes < MIN_TC_CONV_BYTES
+    reduction, channels = shp["g_k"].to_numpy(float), shp["row_a"].to_numpy(float)
+    short = (hw["mode"] == "tf32") & (reduction < MIN_TF32_CONV_K) & (reduction > channels)  # a spatial kernel
+    off = (fam == "conv") & np.isin(hw["mode"], TENSOR_MODES) & (narrow | short)
     hw["peak"] = np.where(off, hw["fp32"], hw["peak"])
     hw["mode"] = np.where(off, np.where(hw["mode"] == "tf32", "fp32", "fp32_acc16"), hw["mode"])
     flops, nbytes = shp["flops"].to_numpy(float), shp["bytes"].to_numpy(float)

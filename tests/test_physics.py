@@ -148,6 +148,41 @@ def test_a_conv_of_few_input_channels_runs_on_the_cuda_cores(registry):
     assert ((rate / tensor)[big] < 0.07).all()
 
 
+def test_a_tf32_conv_of_a_short_reduction_runs_at_the_float32_rate(registry):
+    """In TF32 a spatial conv also needs a reduction (c_in x kh x kw) of MIN_TF32_CONV_K: a 3 x 3 conv of 12 input
+    channels (K = 108) is costed at the fp32 peak in the fp32 mode, one of 16 (K = 144) on the TF32 tensor cores, a
+    7 x 7 stem of 4 (K = 196) too; a 1 x 1 conv (not measured) and every 16-bit conv keep their mode. NeuSight's float32
+    convs on an A100 (PyTorch's TF32 default) follow the law; on a V100 they are IEEE float32 anyway."""
+    from features.physics import MIN_TF32_CONV_K
+
+    assert 9 * 12 < MIN_TF32_CONV_K <= 9 * 16
+    conv = {"batch": 16, "h": 56, "w": 56, "c_out": 256, "kernel": 3, "stride": 1, "padding": 1}
+    stem = {"batch": 8, "h": 224, "w": 224, "kernel": 7, "stride": 2, "padding": 3, "c_out": 64}
+    pointwise = {**conv, "kernel": 1, "padding": 0}
+    ns = "neusight@6945927"
+    rows = pd.concat(
+        [
+            describe("conv2d", "H200-SXM", "tf32", c_in=12, **conv),
+            describe("conv2d", "H200-SXM", "tf32", c_in=16, **conv),
+            describe("conv2d", "H200-SXM", "tf32", c_in=4, **stem),
+            describe("conv2d", "H200-SXM", "tf32", c_in=64, **pointwise),
+            describe("conv2d", "H200-SXM", "bfloat16", c_in=12, **conv),
+            describe("conv2d", "H200-SXM", "float32", c_in=12, **conv),
+            describe("conv2d", "A100-PCIe-40GB", c_in=12, source=ns, **conv),
+            describe("conv2d", "A100-PCIe-40GB", c_in=16, source=ns, **conv),
+            describe("conv2d", "V100-PCIe-32GB", c_in=12, source=ns, **conv),
+        ],
+        ignore_index=True,
+    )
+    X = PhysicsFeaturizer(registry).transform(rows)
+    assert list(X["mode_fp32"]) == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    assert list(X["mode_tf32"]) == [0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    assert X["mode_tensor16"][4] == 1.0
+    per_flop = (X["compute_ms"] / X["flops"]).to_numpy()
+    assert per_flop[0] == pytest.approx(per_flop[5], rel=0.2)  # the float32 rate (tiles aside), not 7x faster
+    assert per_flop[1] < per_flop[0] / 4 and per_flop[7] < per_flop[6] / 4
+
+
 def test_float32_convs_measured_with_pytorch_defaults_run_in_tf32(registry):
     """NeuSight measured with PyTorch's defaults (cuDNN TF32 on, matmul TF32 off): its float32 convs on a GPU with
     TF32 units are costed at the TF32 peak, its GEMMs and every conv on older GPUs stay IEEE; the project's own
