@@ -120,7 +120,7 @@ MIN_TC_CONV_BYTES = 16
 # conv of up to 14 input channels runs at the float32 rate, on the CUDA cores, while a 7 x 7 stem of 4 (K = 196) does
 # not. Measured on an H200 with the cuda backend (stop 38, benchmarks/gpu_holdout.py: NeuSight's 514 conv shapes timed
 # in float32 and in tf32): tf32 / float32 time 0.95-1.01 for every 3 x 3 conv with c_in 3-12 (K <= 108; 9 of them over
-# 0.3 ms), 1.00-1.16 at 13-14, 0.14-1.41 at 15-16, 0.7-1 / 2.1 at 17-30 and a median of 1 / 3.2 above 64 input
+# 0.3 ms), 1.00-1.16 at 13-14, 0.14-1.41 at 15-16, 0.99-2.13 at 17-30 and a median of 1 / 3.2 above 64 input
 # channels; the probe's 7 x 7 stems in tf32 ran 1.1x (c_in 3), 1.5x (4), 2.3x (8) their float32 time. NeuSight
 # measured its float32 convs with PyTorch's TF32 default (SOURCE_CONV_MATH): these are its convs on an Ampere or later
 # GPU (the law moved the H200's tf32 rows of c_in 4-14 from 58 to 38% MAPE, 1.14 -> 0.48 in log too fast). Only a
@@ -573,8 +573,8 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     dbytes = np.array([DTYPE_BYTES[d] for d in dtype], float)
     # a conv with fewer input channels than one 16-byte vector holds runs on the CUDA cores (:data:`MIN_TC_CONV_BYTES`),
     # in TF32 also one of a short reduction (:data:`MIN_TF32_CONV_K`)
-    narrow = shp["row_a"].to_numpy(float) * dbytes < MIN_TC_CONV_BYTES
     reduction, channels = shp["g_k"].to_numpy(float), shp["row_a"].to_numpy(float)
+    narrow = channels * dbytes < MIN_TC_CONV_BYTES
     short = (hw["mode"] == "tf32") & (reduction < MIN_TF32_CONV_K) & (reduction > channels)  # a spatial kernel
     off = (fam == "conv") & np.isin(hw["mode"], TENSOR_MODES) & (narrow | short)
     hw["peak"] = np.where(off, hw["fp32"], hw["peak"])
