@@ -95,7 +95,8 @@ WHOLE_K_FAMILIES = ("conv", "attention")
 # The version of the time laws of this module (the stop that last changed one). A model saves the version it was
 # fitted with and warns when code with other laws loads it (models.physics): its efficiencies were learned against the
 # old times, so its predictions move (the main job's champion of stop 36, fitted before the whole K, went from 13.63 to
-# 15.17% MAPE on the same held-out rows). 38: a TF32 conv of a short reduction on the CUDA cores (MIN_TF32_CONV_K);
+# 15.17% MAPE on the same held-out rows). 38: a TF32 conv of a short reduction on the CUDA cores (MIN_TF32_CONV_K),
+# a layernorm of an unaligned row in two passes (LAYERNORM_VECTOR);
 # 37: convolutions and attention over their whole K; 0: saved before versions.
 PHYSICS_VERSION = 38
 ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
@@ -126,6 +127,16 @@ MIN_TC_CONV_BYTES = 16
 # GPU (the law moved the H200's tf32 rows of c_in 4-14 from 58 to 38% MAPE, 1.14 -> 0.48 in log too fast). Only a
 # spatial kernel (kh x kw > 1): no 1 x 1 conv of a short reduction was measured in both modes.
 MIN_TF32_CONV_K = 128
+# PyTorch's layernorm on a GPU takes its vectorised one-pass kernel only for a row length that is a multiple of
+# LAYERNORM_VECTOR elements (and aligned pointers); any other row runs two kernels, RowwiseMoments then
+# LayerNormForward, which read the row twice: the memory time of LAYERNORM_TWO_PASS times the bytes. Measured on an H200
+# with the cuda backend (stop 38, benchmarks/gpu_holdout.py probe, row_alignment: 512-32 768 rows): rows of 2 047 and
+# 4 095 elements at 0.29-0.57 (bf16) and 0.37-0.65 (float32) of the bandwidth of 2 048 and 4 096, rows of 2 044 and
+# 4 092 (multiples of 4) at 0.9-1.0; softmax and add show no such step. The second read is the law; the rest (their
+# scalar loads) is not modelled. The H200's unaligned layernorms (probe and calibrate pool): norm MAPE 26.5 -> 22.3 and
+# 29.5 -> 27.3%. Every public layernorm row has an aligned length (no check moves).
+LAYERNORM_VECTOR = 4
+LAYERNORM_TWO_PASS = 1.5
 # the families whose tensor-core peak is scaled by their operands' alignment (module docstring): not convolutions.
 # Measured (the physics model fitted on the main job's GPU pack sample, scored on 2 160 random kernels timed with the
 # cuda backend on each of an H100 and an H200, seeds 0 / 1): 16-bit convolutions of the H200 66.6 / 62.2 -> 36.9 /
@@ -593,7 +604,8 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     t_c = np.where(is_gemm, t_c, 0.0)
     ops = df["op"].to_numpy(object)
     t_c = t_c + attention_exp_s(ops, batch, m, k, hw["sms"], np.where(hw["gpu"] > 0, hw["clock"], 0.0))
-    t_m = nbytes / hw["bw"]
+    two_pass = (ops == "layernorm") & (hw["gpu"] > 0) & (df["n"].to_numpy(float) % LAYERNORM_VECTOR != 0)
+    t_m = nbytes / hw["bw"] * np.where(two_pass, LAYERNORM_TWO_PASS, 1.0)  # :data:`LAYERNORM_VECTOR`
     physics = np.maximum(t_c, t_m)
     elements = nbytes / dbytes
     waves_mem = np.ceil(elements / (sms * 1024.0 * 4))  # 1024 threads x 4 elements per SM per round

@@ -183,6 +183,25 @@ def test_a_tf32_conv_of_a_short_reduction_runs_at_the_float32_rate(registry):
     assert per_flop[1] < per_flop[0] / 4 and per_flop[7] < per_flop[6] / 4
 
 
+def test_a_gpu_layernorm_of_an_unaligned_row_reads_it_twice(registry):
+    """PyTorch's vectorised layernorm needs a row of a multiple of 4 elements; any other row takes the two-kernel path,
+    which reads it twice (features.physics.LAYERNORM_VECTOR): 2 047 and 4 095 cost 1.5x the memory time of 2 048 and
+    4 096 per byte, 2 044 does not; softmax has no such step."""
+    from features.physics import LAYERNORM_TWO_PASS
+
+    rows = pd.concat(
+        [describe("layernorm", "H200-SXM", "bfloat16", m=4096, n=n) for n in (2048, 2047, 2044, 4096, 4095)]
+        + [describe("softmax", "H200-SXM", "bfloat16", m=4096, n=n) for n in (2048, 2047)],
+        ignore_index=True,
+    )
+    X = PhysicsFeaturizer(registry).transform(rows)
+    per_byte = (X["memory_ms"] / X["bytes"]).to_numpy()
+    assert per_byte[1] / per_byte[0] == pytest.approx(LAYERNORM_TWO_PASS) == 1.5
+    assert per_byte[4] / per_byte[3] == pytest.approx(1.5) and per_byte[2] == pytest.approx(per_byte[0])
+    assert per_byte[6] == pytest.approx(per_byte[5])  # softmax: one pass either way
+    assert X["bytes"][1] < X["bytes"][0]  # the row's bytes are what it holds; the second read is in the time
+
+
 def test_float32_convs_measured_with_pytorch_defaults_run_in_tf32(registry):
     """NeuSight measured with PyTorch's defaults (cuDNN TF32 on, matmul TF32 off): its float32 convs on a GPU with
     TF32 units are costed at the TF32 peak, its GEMMs and every conv on older GPUs stay IEEE; the project's own
