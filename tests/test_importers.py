@@ -243,3 +243,22 @@ def test_neusight_folder_with_some_tables_imports_them(tmp_path):
     assert set(rows["op"]) == {"linear"} and rows["source"].str.startswith("neusight").all()
     with pytest.raises(DatasetError, match="no NeuSight tables"):
         import_neusight(tmp_path / "neusight" / "train" / "linear")
+
+
+def test_neusight_tables_of_two_software_stacks_keep_each_rows_versions(tmp_path):
+    """A GPU measured later under another PyTorch / CUDA (a table added beside NeuSight's own) imports with the
+    others; each row's ``env`` names the software that timed it."""
+    from data.importers.neusight import import_neusight
+
+    base = tmp_path / "neusight" / "train" / "bmm"
+    base.mkdir(parents=True)
+    src = pd.read_csv(SHARED / "neusight" / "train" / "bmm" / "Tesla_T4.csv", nrows=5)
+    src.to_csv(base / "Tesla_T4.csv", index=False)
+    newer = {"Device": "NVIDIA H100 80GB HBM3", "Torch Version": "p2.4.1", "CUDA Version": "cu124"}
+    src.assign(**newer).to_csv(base / "NVIDIA_H100_80GB_HBM3.csv", index=False)
+    with pytest.warns(UserWarning, match="no linear, conv"):
+        rows = import_neusight(tmp_path)
+    env = rows.set_index("hardware")["env"].map(json.loads)
+    assert {(e["torch"], e["cuda"]) for e in env["T4"]} == {("2.1.0", "cu121")}
+    assert {(e["torch"], e["cuda"]) for e in env["H100-SXM"]} == {("2.4.1", "cu124")}
+    assert rows.groupby("hardware").size().to_dict() == {"H100-SXM": 5, "T4": 5}

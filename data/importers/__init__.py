@@ -76,9 +76,14 @@ def _json(d) -> str | None:
 
 
 def finish(
-    df: pd.DataFrame, *, source: str, env: dict, meta: list[dict] | None = None, config: list[dict] | None = None
+    df: pd.DataFrame,
+    *,
+    source: str,
+    env: dict | list[dict],
+    meta: list[dict] | None = None,
+    config: list[dict] | None = None,
 ) -> pd.DataFrame:
-    """Complete mapped rows into schema rows and validate them.
+    """Complete mapped rows into schema rows and validate them (``env``: the software, one for all rows or one per row).
 
     ``df`` has ``op, dtype, hardware`` and the op's shape columns plus whatever measurements the source has;
     this adds ``family, shape_id, flops, bytes, backend, source, env, meta, config, timestamp`` (unless set)
@@ -113,7 +118,11 @@ def finish(
     df["family"] = [family(op) for op in df["op"]]
     df["backend"] = "import"
     df["source"] = source
-    df["env"] = json.dumps(env, sort_keys=True)
+    if isinstance(env, dict):
+        df["env"] = json.dumps(env, sort_keys=True)
+    else:  # one per row; each distinct software stack serialised once
+        text = {}
+        df["env"] = [text.setdefault(tuple(sorted(e.items())), json.dumps(e, sort_keys=True)) for e in env]
     if "timestamp" not in df.columns:
         df["timestamp"] = EPOCH
     if "status" not in df.columns:

@@ -152,9 +152,11 @@ def import_neusight(
         metas += records
         frames.append(mapped)
     df = pd.concat(frames, ignore_index=True)
-    versions = df[["env_torch", "env_cuda", "env_cudnn"]].drop_duplicates()
-    if len(versions) != 1:
-        raise DatasetError(f"NeuSight files disagree on software versions: {versions.to_dict('records')}")
-    v = versions.iloc[0]
-    env = {"torch": v["env_torch"], "cuda": v["env_cuda"], "cudnn": v["env_cudnn"], "dataset": "neusight/train"}
-    return finish(df.drop(columns=["env_torch", "env_cuda", "env_cudnn"]), source=SOURCE, env=env, meta=metas)
+    # the software of each row: one GPU's tables may come from another PyTorch / CUDA than the rest (a GPU measured
+    # later, a folder of the user's own), so each row keeps its own versions rather than the import failing
+    cols = ["env_torch", "env_cuda", "env_cudnn"]
+    env = [
+        {"torch": t, "cuda": c, "cudnn": n, "dataset": "neusight/train"}
+        for t, c, n in df[cols].itertuples(index=False, name=None)
+    ]
+    return finish(df.drop(columns=cols), source=SOURCE, env=env, meta=metas)
