@@ -201,6 +201,17 @@ def run_check(
     y = rows["runtime_ms"].to_numpy(float)
     folds = folds_for(check, rows, registry, **(fold_kwargs or {}))
     results = []
+
+    def scored(cand: Candidate, k: int | None, idx: list, pred: list, extras: list, t0: float) -> None:
+        """One result over the pooled test rows ``idx`` of the folds (their predictions and domain columns)."""
+        idx = np.concatenate(idx)
+        extra = None if extras[0] is None else pd.concat(extras, ignore_index=True)
+        metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
+        result = {"check": check, "name": NAMES[check], "model": cand.name, "k": k, "metrics": metrics}
+        results.append(result | {"seconds": time.perf_counter() - t0})
+        if keep_predictions:
+            results[-1].update(index=idx, pred=np.concatenate(pred))
+
     for cand in candidates:
         X = frames[cand.features]
         t0 = time.perf_counter()
@@ -210,23 +221,9 @@ def run_check(
                 model = cand.make().fit(X.iloc[fold.train].reset_index(drop=True), y[fold.train])
                 p, e = _with_domain(model, X.iloc[fold.test].reset_index(drop=True), y[fold.test])
                 pred.append(p), extras.append(e), idx.append(fold.test)
-            idx = np.concatenate(idx)
-            extra = None if extras[0] is None else pd.concat(extras, ignore_index=True)
-            metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
-            results.append(
-                {
-                    "check": check,
-                    "name": NAMES[check],
-                    "model": cand.name,
-                    "k": None,
-                    "metrics": metrics,
-                    "seconds": time.perf_counter() - t0,
-                }
-            )
-            if keep_predictions:
-                results[-1].update(index=idx, pred=np.concatenate(pred))
+            scored(cand, None, idx, pred, extras, t0)
             continue
-        per_k = {k: ([], [], [], []) for k in ks}
+        per_k = {k: ([], [], []) for k in ks}
         rng = np.random.default_rng(seed)
         for fold in folds:
             base = cand.make().fit(X.iloc[fold.train].reset_index(drop=True), y[fold.train])
@@ -237,27 +234,12 @@ def run_check(
                     cal = np.sort(rng.choice(fold.test, k, replace=False))
                     test = np.setdiff1d(fold.test, cal)
                     p, e = _few_shot(base, X, y, cal, test, fold.label)
-                    for store, v in zip(per_k[k], (test, p, e, None)):
+                    for store, v in zip(per_k[k], (test, p, e)):
                         store.append(v)
         for k in ks:
-            idx, pred, extras, _ = per_k[k]
-            if not idx:
-                continue
-            idx = np.concatenate(idx)
-            extra = None if extras[0] is None else pd.concat(extras, ignore_index=True)
-            metrics = scoped_metrics(rows.iloc[idx].reset_index(drop=True), y[idx], np.concatenate(pred), extra)
-            results.append(
-                {
-                    "check": check,
-                    "name": NAMES[check],
-                    "model": cand.name,
-                    "k": k,
-                    "metrics": metrics,
-                    "seconds": time.perf_counter() - t0,
-                }
-            )
-            if keep_predictions:
-                results[-1].update(index=idx, pred=np.concatenate(pred))
+            idx, pred, extras = per_k[k]
+            if idx:
+                scored(cand, k, idx, pred, extras, t0)
     return results
 
 
