@@ -45,8 +45,9 @@ Memory: ``t_memory = bytes / bandwidth`` with bytes = inputs + weights + outputs
 closed forms equal to ``data.workloads.count_cost``); ops without FLOPs (elementwise, norms, softmax, reductions)
 are memory time only. Physics time ``physics_ms = max(t_compute, t_memory)``: a roofline with tile and wave
 quantisation. What physics misses (per-tile efficiency, ramp-up, L2 reuse, library heuristics, the launch floor) is
-left to the learner, which sees only dimensionless numbers: waves, tail-wave occupancy, tile fill, K depth, aspect
-ratios, alignment, operand layout, compute time over memory time, bytes over L2, dtype class, op family.
+left to the learner, which sees only dimensionless numbers: waves, tail-wave occupancy, tile fill, the large tile's
+waste (:data:`BIG_TILE`: a library may run a shape on it rather than on the best tile), K depth, aspect ratios,
+alignment, operand layout, compute time over memory time, bytes over L2, dtype class, op family.
 
 Operand layout (:func:`layout_of`): a GEMM's A stored ``[k, m]`` (``transpose_a``) or B stored ``[n, k]``
 (``transpose_b``, ``nn.Linear``'s weight) is read along another axis, and the library runs another kernel for it
@@ -83,6 +84,18 @@ TILES = (
     (32, 32),
 )  # (tm, tn): the CTA tiles of cuBLAS / CUTLASS / cuDNN kernels (e.g. volta_sgemm_128x32)
 SPLIT_K = (1, 2, 4, 8, 16)
+# The libraries' largest common CTA tile. A library need not pick the best of TILES: NeuSight's own ``Kernel Name``
+# column shows the A100's batched GEMMs under CUDA 12.1 all on ``ampere_sgemm_128x128`` (16 588 of 16 661 bmm rows,
+# skinny ones included; its linears spread over six tiles), the P100's and P4's on ``maxwell_sgemm_128x64`` (99.6%).
+# The learner reads how much longer this tile's wave-quantised time is than the best tile's (``log2_big_tile``, >= 0,
+# monotone: more waste never makes a kernel faster), so what a GPU's library pays for running a shape on a large tile
+# is learned where it shows (a measured GPU's correction; calibrate's rows of a new one). GEMM and attention rows (the
+# learner's ``gemm_like``: read as 0 there, an unseen SDPA looked like a GEMM that wastes nothing); 0 for convolutions,
+# whose cuDNN tiles are another library's choice (with them, the H200's TF32 convs went 37 -> 43% MAPE). Measured
+# (log-spread of runtime / compute time over NeuSight's bmm rows over 0.2 ms, the best tile -> 128 x 128): A100 0.61
+# -> 0.19, P100 0.56 -> 0.43, P4 0.65 -> 0.56 (V100 0.39 -> 0.47, T4 0.49 -> 0.59; on every GPU's linears the best
+# tile explains more). docs/extrapolation.md has what it moved.
+BIG_TILE = (128, 128)
 MIN_K_PER_SPLIT = 64  # a K slice shorter than this is not worth a split (the library's own lower limit is similar)
 # Kernels that reduce over their whole K in one CTA: no split-K. cuDNN's forward convolutions (implicit GEMM, K = c_in x
 # kh x kw) and the fused attention kernels (FlashAttention-2's forward and the memory-efficient one walk every key
@@ -174,6 +187,7 @@ FEATURES = (
     "log2_waves",
     "tail_occupancy",
     "tile_fill",
+    "log2_big_tile",
     "log2_split_k",
     "log2_k",
     "log2_k_per_split",
@@ -602,6 +616,13 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     whole_k = np.isin(fam, WHOLE_K_FAMILIES)
     t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), peak, sms, whole_k)
     t_c = np.where(is_gemm, t_c, 0.0)
+    tm_big, tn_big = BIG_TILE
+    t_big = (
+        _ceil_div(batch * _ceil_div(m, tm_big) * _ceil_div(n, tn_big), sms) * 2.0 * tm_big * tn_big * np.maximum(k, 1)
+    )
+    big_tile = np.where(
+        np.isin(fam, GEMM_LIKE_FAMILIES), np.maximum(t_big / (peak / sms) / np.maximum(t_c, 1e-30), 1.0), 1.0
+    )
     ops = df["op"].to_numpy(object)
     t_c = t_c + attention_exp_s(ops, batch, m, k, hw["sms"], np.where(hw["gpu"] > 0, hw["clock"], 0.0))
     two_pass = (ops == "layernorm") & (hw["gpu"] > 0) & (df["n"].to_numpy(float) % LAYERNORM_VECTOR != 0)
@@ -622,6 +643,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["tail_occupancy"] = np.where(is_gemm, tiles / np.maximum(waves * sms, 1), 1.0)
     useful = 2.0 * batch * m * n * np.maximum(k, 1)
     X["tile_fill"] = np.where(is_gemm, useful / np.maximum(tiles * 2.0 * tm * tn * np.maximum(k, 1) / split, 1), 1.0)
+    X["log2_big_tile"] = np.log2(big_tile)
     X["log2_split_k"] = np.where(is_gemm, np.log2(split), 0.0)
     X["log2_k"] = np.where(is_gemm, np.log2(np.maximum(k, 1)), 0.0)
     X["log2_k_per_split"] = np.where(is_gemm, np.log2(np.maximum(k, 1) / split), 0.0)

@@ -4,10 +4,11 @@
 
 ``physics_ms`` is the tile/wave-quantised roofline of ``features.physics`` (the math mode's peak from the spec
 registry, tensor cores included, DRAM bandwidth, SMs); ``f`` reads only the DIMENSIONLESS columns
-``features.physics.FEATURES`` (waves, tail occupancy, tile fill, K depth, aspect, alignment, compute / memory time,
-bytes / L2, dtype class, op family), so a faster GPU or a bigger shape moves the prediction through the physics
-and the efficiency saturates at its bound instead of a tree's last leaf capping the runtime. The model is fitted on
-all training hardware jointly (NeuSight's form, ASPLOS'25, learns a bounded per-tile utilisation the same way).
+``features.physics.FEATURES`` (waves, tail occupancy, tile fill, the large tile's waste, K depth, aspect, alignment,
+compute / memory time, bytes / L2, dtype class, op family), so a faster GPU or a bigger shape moves the prediction
+through the physics and the efficiency saturates at its bound instead of a tree's last leaf capping the runtime. The
+model is fitted on all training hardware jointly (NeuSight's form, ASPLOS'25, learns a bounded per-tile utilisation
+the same way).
 The bound is per family: ``e_max`` > 1 for convolutions and memory-bound ops because the physics counts the direct
 convolution's FLOPs and DRAM bytes (cuDNN's Winograd kernels do up to ~4x fewer multiplications; small inputs are
 served from L2), ``e_max_gemm`` (1.25) for GEMMs and attention, whose FLOPs are the FLOPs done: only a clock above
@@ -77,8 +78,9 @@ from models.domain import Domain, calibrate_widening, conformal, distinct_rows, 
 LEARNERS = ("xgb", "mlp")
 BOUNDED_FAMILIES = ("gemm", "attention")  # efficiency bound e_max_gemm: the physics counts the FLOPs they do
 # a fuller tail wave, fuller tiles, wider-aligned operands and a longer main loop per CTA (K per split-K slice: the
-# prologue / epilogue amortised over more steps) never make a kernel less efficient
-MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_per_split": 1}
+# prologue / epilogue amortised over more steps) never make a kernel less efficient; more work wasted on the large tile
+# (features.physics.BIG_TILE) never makes it more
+MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_per_split": 1, "log2_big_tile": -1}
 # Bytes over L2 is not a learner input of GEMM rows (``gemm_bytes_over_l2=False``): a GEMM's operands are re-read in
 # tiles, so whether all of them fit in L2 says little of its rate, while across training GPUs the ratio names the GPU
 # (L2 of 2-6 MB on the P4, T4, P100 and V100, 40-50 MB on the A100 and H200): the trees learned the levels of the
