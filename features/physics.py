@@ -431,6 +431,14 @@ def _two_adic_bytes(n: np.ndarray, dtype_bytes: np.ndarray) -> np.ndarray:
     return np.minimum((n & -n) * dtype_bytes, ALIGN_CAP_BYTES).astype(float)
 
 
+def tile_time(batch, m, n, k, tm, tn, split, per_sm, sms):
+    """Compute time (s) of a GEMM on ``tm x tn`` tiles and ``split`` slices of K, in waves of one tile per SM, and its
+    ``(waves, tiles)`` (module docstring formula)."""
+    tiles = batch * _ceil_div(m, tm) * _ceil_div(n, tn) * split
+    waves = _ceil_div(tiles, sms)
+    return waves * 2.0 * tm * tn * _ceil_div(k, split) / per_sm, waves, tiles
+
+
 def gemm_time(batch, m, n, k, peak, sms, whole_k=None):
     """Best tile / split-K compute time (s) over :data:`TILES` x :data:`SPLIT_K`, and that choice's numbers; rows
     where ``whole_k`` (a boolean array) is true are not split (:data:`WHOLE_K_FAMILIES`).
@@ -442,12 +450,10 @@ def gemm_time(batch, m, n, k, peak, sms, whole_k=None):
     per_sm = peak / sms
     may_split = np.ones(len(m), bool) if whole_k is None else ~np.asarray(whole_k, bool)
     for tm, tn in TILES:
-        base = batch * _ceil_div(m, tm) * _ceil_div(n, tn)
         for s in SPLIT_K:
             ok = (s == 1) | ((k >= s * MIN_K_PER_SPLIT) & may_split)
-            tiles = base * s
-            waves = _ceil_div(tiles, sms)
-            t = np.where(ok, waves * 2.0 * tm * tn * _ceil_div(k, s) / per_sm, np.inf)
+            t, waves, tiles = tile_time(batch, m, n, k, tm, tn, s, per_sm, sms)
+            t = np.where(ok, t, np.inf)
             better = t < best
             best = np.where(better, t, best)
             for key, v in (("waves", waves), ("tiles", tiles), ("tm", tm), ("tn", tn), ("split", s)):
@@ -616,13 +622,8 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     whole_k = np.isin(fam, WHOLE_K_FAMILIES)
     t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), peak, sms, whole_k)
     t_c = np.where(is_gemm, t_c, 0.0)
-    tm_big, tn_big = BIG_TILE
-    t_big = (
-        _ceil_div(batch * _ceil_div(m, tm_big) * _ceil_div(n, tn_big), sms) * 2.0 * tm_big * tn_big * np.maximum(k, 1)
-    )
-    big_tile = np.where(
-        np.isin(fam, GEMM_LIKE_FAMILIES), np.maximum(t_big / (peak / sms) / np.maximum(t_c, 1e-30), 1.0), 1.0
-    )
+    t_big, _, _ = tile_time(batch, m, n, np.maximum(k, 1), *BIG_TILE, 1, peak / sms, sms)
+    big_tile = np.where(np.isin(fam, GEMM_LIKE_FAMILIES), np.maximum(t_big / np.maximum(t_c, 1e-30), 1.0), 1.0)
     ops = df["op"].to_numpy(object)
     t_c = t_c + attention_exp_s(ops, batch, m, k, hw["sms"], np.where(hw["gpu"] > 0, hw["clock"], 0.0))
     two_pass = (ops == "layernorm") & (hw["gpu"] > 0) & (df["n"].to_numpy(float) % LAYERNORM_VECTOR != 0)

@@ -120,9 +120,8 @@ def finish(
     df["source"] = source
     if isinstance(env, dict):
         df["env"] = json.dumps(env, sort_keys=True)
-    else:  # one per row; each distinct software stack serialised once
-        text = {}
-        df["env"] = [text.setdefault(tuple(sorted(e.items())), json.dumps(e, sort_keys=True)) for e in env]
+    else:  # one per row
+        df["env"] = [json.dumps(e, sort_keys=True) for e in env]
     if "timestamp" not in df.columns:
         df["timestamp"] = EPOCH
     if "status" not in df.columns:
