@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 from data.backends.reference import select
 from data.reference import load_reference
 from features.physics import PhysicsFeaturizer
+from models.evaluate import regression_metrics
 from pipelines import experiment
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
     X_test, y_test = enc.transform(test), test["runtime_ms"].to_numpy(float)
 
     def mape(m) -> float:
-        return float(np.mean(np.abs(m.predict(X_test) / y_test - 1)) * 100)
+        return regression_metrics(y_test, m.predict(X_test))["mape"]
 
     print(f"{args.gpu}: {len(train)} training rows without it; {len(test)} of its GEMM rows scored")
     print(f"k = 0: MAPE {mape(model):.1f}%")
