@@ -574,6 +574,22 @@ def test_calibrate_keeps_a_simpler_answer_unless_a_way_beats_it_by_a_standard_er
         fitted().calibrate(small_frame().head(10), small_rows()["runtime_ms"].head(10), method="best")
 
 
+def test_a_correction_keeps_the_launch_floor_under_the_fastest_measured_kernel():
+    """The floor scale of a correction stays under every row's runtime less its least kernel time: trees correct the
+    kernel only, so a floor above a measured runtime stays wrong. Here the large rows (one runtime, kernels predicted
+    0.5-3) pull the floor over the runtime of five small ones measured at 0.8, which hold it under 0.8."""
+    from models.physics import _fit_correction
+
+    kernel = np.concatenate([np.full(5, 0.01), np.linspace(0.5, 3.0, 45)])
+    logy = np.log(np.concatenate([np.full(5, 0.8), np.full(45, 3.0)]))
+    floor, least = np.ones(50), kernel / 2
+    free = _fit_correction(np.zeros((50, 1)), floor, kernel, logy, 0, 0, ("x",))
+    assert free["floor_scale"] > 1.0  # without the bound the large rows lift it over the small rows' runtime
+    bounded = _fit_correction(np.zeros((50, 1)), floor, kernel, logy, 0, 0, ("x",), least)
+    assert bounded["floor_scale"] <= 0.8 - 0.005
+    assert bounded["floor_scale"] > 0.6  # the largest grid step under the bound, not the grid's bottom
+
+
 def test_a_second_gpu_calibrated_after_a_first_keeps_the_first(registry):
     """Calibrating GPU B by a refit on a model already calibrated on GPU A refits with A's rows too and leaves A's
     answers as they were (A keeps its own refit)."""
