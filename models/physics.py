@@ -614,7 +614,7 @@ class PhysicsModel(CostModel):
         training gets the shared model, which never saw a GPU's identity."""
         keys = mode_keys(X)
         floor, kernel = self._floor(X), X["physics_ms"].to_numpy(float) / self.efficiency(X)
-        logy, least = np.log(y), self._least_kernel(X)
+        logy = np.log(y)
         out = []
         for key in np.unique(keys):
             idx = np.flatnonzero(keys == key)
@@ -623,14 +623,7 @@ class PhysicsModel(CostModel):
             rounds = min(MAX_FIT_CORRECTION_ROUNDS, self.n_estimators, len(idx) // CORRECTION_ROWS_PER_ROUND)
             Xi = X.iloc[idx].reset_index(drop=True)
             corr = _fit_correction(
-                self._inputs(Xi),
-                floor[idx],
-                kernel[idx],
-                logy[idx],
-                rounds,
-                self.random_state,
-                self.inputs_,
-                least[idx],
+                self._inputs(Xi), floor[idx], kernel[idx], logy[idx], rounds, self.random_state, self.inputs_
             )
             corr.update(
                 key=str(key),
@@ -882,7 +875,6 @@ class PhysicsModel(CostModel):
         rounds, oof = -1, np.log(base_floor + base_kernel)
         if method != "refit":
             rounds, oof = self._choose_rounds(X_new, base_floor, base_kernel, logy, none=method == "auto")
-        least = self._least_kernel(X_new)
         oof_refit = None
         if can_refit and method != "correction":
             oof_refit = self._refit_out_of_fold(X_new, y_new)
@@ -896,7 +888,7 @@ class PhysicsModel(CostModel):
                 corr = {"floor_scale": 1.0, "bias": 0.0, "rounds": 0, "booster": None}
             else:
                 corr = _fit_correction(
-                    self._inputs(X_new), base_floor, base_kernel, logy, rounds, self.random_state, self.inputs_, least
+                    self._inputs(X_new), base_floor, base_kernel, logy, rounds, self.random_state, self.inputs_
                 )
             corr["method"] = "correction" if rounds >= 0 else "none"
         base_log = np.log(base_floor + base_kernel)
@@ -935,14 +927,10 @@ class PhysicsModel(CostModel):
             oof[te] = np.log(sub.predict(X_new[te].reset_index(drop=True)))
         return oof
 
-    def _least_kernel(self, X: pd.DataFrame) -> np.ndarray:
-        """Per row the least time its kernel can take: its physics time at the efficiency bound."""
-        return X["physics_ms"].to_numpy(float) / self._e_max(X)
-
     def _choose_rounds(self, X, floor, kernel, logy, none: bool = True) -> tuple[int, np.ndarray]:
         """The correction's rounds (:data:`CORRECTION_ROUNDS`) and its out-of-fold log predictions; with ``none``,
         -1 (no correction) unless one beats the model's own answer (:func:`_beats`)."""
-        n, F, least = len(X), self._inputs(X), self._least_kernel(X)
+        n, F = len(X), self._inputs(X)
         n_folds = n if n < 20 else 5  # few rows: leave one out
         folds = np.random.default_rng(self.random_state).permutation(n) % n_folds
         best, best_oof = -1, np.log(floor + kernel)  # no correction at all
@@ -952,9 +940,7 @@ class PhysicsModel(CostModel):
             oof = np.zeros(n)
             for k in np.unique(folds):
                 tr, te = folds != k, folds == k
-                c = _fit_correction(
-                    F[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state, self.inputs_, least[tr]
-                )
+                c = _fit_correction(F[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state, self.inputs_)
                 g = _correction_margin(c, F[te], self.inputs_)
                 oof[te] = np.log(floor[te] * c["floor_scale"] + kernel[te] * np.exp(g))
             if (best < 0 and not none) or _beats(oof, best_oof, logy):
@@ -1094,23 +1080,21 @@ def _beats(log_pred: np.ndarray, incumbent: np.ndarray, logy: np.ndarray) -> boo
     return bool(gain.mean() > gain.std(ddof=1) / np.sqrt(len(gain)))
 
 
-def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int, names=FEATURES, least=None) -> dict:
+def _fit_correction(F: np.ndarray, floor, kernel, logy, rounds: int, seed: int, names=FEATURES) -> dict:
     """Floor scale and kernel log-bias by grid search, then ``rounds`` boosted trees of the log-correction on the
     learner inputs ``F`` (``PhysicsModel._inputs``, columns ``names``).
 
-    With ``least`` (per row the least time its kernel can take, :meth:`PhysicsModel._least_kernel`) the scaled floor
-    stays under every row's measured runtime less that: a launch floor above a measured kernel's runtime is one the
-    trees cannot undo (they correct the kernel time only), and the shared floors come from other GPUs' hosts. Measured
+    The scaled floor stays under every row's measured runtime: a launch floor above a measured call is one the trees
+    cannot undo (they correct the kernel time only), and a GPU's shared floors come from other GPUs' hosts. Measured
     (``benchmarks/gemm_calibration.py``, the A100 held out, its correction from 100 GEMM rows): the floor of its
-    NeuSight bmm calls (36.6 us shared, its fastest at 30.8) was scaled 1.12 without the bound, its bmm rows under
-    0.05 ms 29.6 -> 12.5% MAPE with it; check (f) at k = 10 / 30 / 100 14.2 / 13.1 / 10.3 -> 14.3 / 12.8 / 10.2.
+    NeuSight bmm calls (36.6 us shared, its fastest call 30.8) was scaled 1.12 without the bound; with it, those rows
+    under 0.05 ms went 29.6 -> 12.5% MAPE. Bounding by the runtime less the kernel's least time (physics at the
+    efficiency bound) instead let one kernel near its physics time pin a GPU's floors at the grid's bottom (the H200's
+    own correction: its cuda-backend elementwise rows 12.7 -> 25.0%).
     """
     scales, biases = np.geomspace(0.25, 4.0, 25), np.linspace(-2.0, 2.0, 81)
-    if least is not None:  # the floor's bound (docstring): the rows whose physics leaves room for a floor at all
-        room = np.exp(logy) - least
-        if (room > 0).any():
-            cap = np.min(room[room > 0] / floor[room > 0])
-            scales = scales[scales <= cap] if (scales <= cap).any() else scales[:1]
+    cap = np.min(np.exp(logy) / floor)  # the bound (docstring); the grid's bottom where even that is over
+    scales = scales[scales <= cap] if (scales <= cap).any() else scales[:1]
     scaled_kernel = kernel[None, :] * np.exp(biases)[:, None]  # [bias, row]
     loss = np.array([np.sum((np.log(s * floor[None, :] + scaled_kernel) - logy) ** 2, axis=1) for s in scales])
     i, j = np.unravel_index(np.argmin(loss), loss.shape)  # the first of equal losses, scale-major as a loop finds it

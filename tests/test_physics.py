@@ -574,20 +574,21 @@ def test_calibrate_keeps_a_simpler_answer_unless_a_way_beats_it_by_a_standard_er
         fitted().calibrate(small_frame().head(10), small_rows()["runtime_ms"].head(10), method="best")
 
 
-def test_a_correction_keeps_the_launch_floor_under_the_fastest_measured_kernel():
-    """The floor scale of a correction stays under every row's runtime less its least kernel time: trees correct the
-    kernel only, so a floor above a measured runtime stays wrong. Here the large rows (one runtime, kernels predicted
-    0.5-3) pull the floor over the runtime of five small ones measured at 0.8, which hold it under 0.8."""
+def test_a_correction_keeps_the_launch_floor_under_the_fastest_measured_call():
+    """The floor scale of a correction stays under every row's runtime: trees correct the kernel only, so a floor
+    above a measured call stays wrong. Here the large rows (one runtime, kernels predicted 0.5-3) fit best with the
+    floor over the runtime of five small ones measured at 0.8, which hold it under 0.8."""
     from models.physics import _fit_correction
 
     kernel = np.concatenate([np.full(5, 0.01), np.linspace(0.5, 3.0, 45)])
     logy = np.log(np.concatenate([np.full(5, 0.8), np.full(45, 3.0)]))
-    floor, least = np.ones(50), kernel / 2
-    free = _fit_correction(np.zeros((50, 1)), floor, kernel, logy, 0, 0, ("x",))
-    assert free["floor_scale"] > 1.0  # without the bound the large rows lift it over the small rows' runtime
-    bounded = _fit_correction(np.zeros((50, 1)), floor, kernel, logy, 0, 0, ("x",), least)
-    assert bounded["floor_scale"] <= 0.8 - 0.005
-    assert bounded["floor_scale"] > 0.6  # the largest grid step under the bound, not the grid's bottom
+
+    def loss(scale):  # the best over the kernel's bias
+        return min(np.sum((np.log(scale + kernel * np.exp(b)) - logy) ** 2) for b in np.linspace(-2, 2, 81))
+
+    corr = _fit_correction(np.zeros((50, 1)), np.ones(50), kernel, logy, 0, 0, ("x",))
+    assert 0.7 < corr["floor_scale"] <= 0.8  # the largest grid step under the bound, not the grid's bottom
+    assert loss(1.26) < loss(corr["floor_scale"])  # the bound binds: unbounded, a floor of 1.26 fits better
 
 
 def test_a_second_gpu_calibrated_after_a_first_keeps_the_first(registry):
