@@ -575,9 +575,10 @@ def test_calibrate_keeps_a_simpler_answer_unless_a_way_beats_it_by_a_standard_er
 
 
 def test_a_correction_keeps_the_launch_floor_under_the_fastest_measured_call():
-    """The floor scale of a correction stays under every row's runtime: trees correct the kernel only, so a floor
-    above a measured call stays wrong. Here the large rows (one runtime, kernels predicted 0.5-3) fit best with the
-    floor over the runtime of five small ones measured at 0.8, which hold it under 0.8."""
+    """The floor scale of a new GPU's correction stays under every row's runtime: trees correct the kernel only, so a
+    floor above a measured call stays wrong (a measured GPU's own correction is not bounded: models.physics). Here
+    the large rows (one runtime, kernels predicted 0.5-3) fit best with the floor over the runtime of five small ones
+    measured at 0.8, which hold it under 0.8."""
     from models.physics import _fit_correction
 
     kernel = np.concatenate([np.full(5, 0.01), np.linspace(0.5, 3.0, 45)])
@@ -586,9 +587,11 @@ def test_a_correction_keeps_the_launch_floor_under_the_fastest_measured_call():
     def loss(scale):  # the best over the kernel's bias
         return min(np.sum((np.log(scale + kernel * np.exp(b)) - logy) ** 2) for b in np.linspace(-2, 2, 81))
 
-    corr = _fit_correction(np.zeros((50, 1)), np.ones(50), kernel, logy, 0, 0, ("x",))
+    corr = _fit_correction(np.zeros((50, 1)), np.ones(50), kernel, logy, 0, 0, ("x",), bounded=True)
     assert 0.7 < corr["floor_scale"] <= 0.8  # the largest grid step under the bound, not the grid's bottom
     assert loss(1.26) < loss(corr["floor_scale"])  # the bound binds: unbounded, a floor of 1.26 fits better
+    own = _fit_correction(np.zeros((50, 1)), np.ones(50), kernel, logy, 0, 0, ("x",))  # a measured GPU's own: free
+    assert own["floor_scale"] == pytest.approx(1.26, rel=0.01)
 
 
 def test_a_second_gpu_calibrated_after_a_first_keeps_the_first(registry):
