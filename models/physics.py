@@ -102,6 +102,7 @@ FEATURES_BEFORE_LAYOUT = tuple(
     g for f in FEATURES if f not in LAYOUT and f not in MODE_ONE_HOT for g in INPUTS_BEFORE_STOP_36.get(f, (f,))
 )
 MIN_CALIBRATION_ROWS = 5
+MIN_GROUP_SCALE_ROWS = 10  # rows of a floor group for a scale of its own in a measured GPU's correction
 CALIBRATION_METHODS = ("auto", "refit", "correction")
 MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
 CORRECTION_ROUNDS = (0, 25, 50, 100)  # boosted-correction sizes tried by cross-validation on the new GPU's rows
@@ -623,7 +624,14 @@ class PhysicsModel(CostModel):
             rounds = min(MAX_FIT_CORRECTION_ROUNDS, self.n_estimators, len(idx) // CORRECTION_ROWS_PER_ROUND)
             Xi = X.iloc[idx].reset_index(drop=True)
             corr = _fit_correction(
-                self._inputs(Xi), floor[idx], kernel[idx], logy[idx], rounds, self.random_state, self.inputs_
+                self._inputs(Xi),
+                floor[idx],
+                kernel[idx],
+                logy[idx],
+                rounds,
+                self.random_state,
+                self.inputs_,
+                groups=floor_groups_of(Xi),
             )
             corr.update(
                 key=str(key),
@@ -702,7 +710,8 @@ class PhysicsModel(CostModel):
                         floor[m], kernel[m], _ = c["model"]._parts(X[m])
                         which[m] = i
                     elif m.any():
-                        floor[m] = floor[m] * c["floor_scale"]
+                        same = regime_index(X[m]) == c.get("harness", -1)  # its own floors: its harness's
+                        floor[m] = floor[m] * np.where(same, _floor_scale(c, floor_groups_of(X[m])), c["floor_scale"])
                         kernel[m] = kernel[m] * np.exp(_correction_margin(c, self._inputs(X[m]), self.inputs_))
                         which[m] = i
                 if fit and self.borrow_corrections:
@@ -734,7 +743,7 @@ class PhysicsModel(CostModel):
                 c, w = self.corrections_[i], 1.0 - distance / BORROW_MAX_DISTANCE  # fades out with the distance
                 Xm = X[m]
                 same = regime_index(Xm) == c.get("harness", -1)  # a floor scale is the donor harness's
-                floor[m] = floor[m] * np.where(same, c["floor_scale"] ** w, 1.0)
+                floor[m] = floor[m] * np.where(same, _floor_scale(c, floor_groups_of(Xm)) ** w, 1.0)
                 kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, self._inputs(Xm), self.inputs_))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
@@ -1083,7 +1092,7 @@ def _beats(log_pred: np.ndarray, incumbent: np.ndarray, logy: np.ndarray) -> boo
 
 
 def _fit_correction(
-    F: np.ndarray, floor, kernel, logy, rounds: int, seed: int, names=FEATURES, bounded: bool = False
+    F: np.ndarray, floor, kernel, logy, rounds: int, seed: int, names=FEATURES, bounded: bool = False, groups=None
 ) -> dict:
     """Floor scale and kernel log-bias by grid search, then ``rounds`` boosted trees of the log-correction on the
     learner inputs ``F`` (``PhysicsModel._inputs``, columns ``names``).
@@ -1096,19 +1105,39 @@ def _fit_correction(
     GPU's own correction: one scale serves every family's floor, so the family of the lowest runtime / floor binds the
     others, and the kernel time then takes up what their floors cannot; learned on small shapes, it went on to the
     large ones (check (d) at seed 0 40.8 -> 45.3%, its convolutions 61 -> 78).
+
+    ``groups`` (a measured GPU's own correction, :data:`FLOOR_GROUPS` per row): after the GPU's scale and bias, each
+    group of :data:`MIN_GROUP_SCALE_ROWS` rows or more gets a floor scale of its own (grid search on its rows, the bias
+    fixed), so the trees see each family's time less its own floor: the launch cost of a family's host path is not the
+    same multiple of the shared floor on every host. Applied to rows of the harness the GPU was measured with (another
+    harness's floors take the GPU's one scale). Measured: check (d) at seed 0 40.8 -> 38.5% (A100 19.0 -> 13.9, H200
+    38.6 -> 33.8, V100 33.4 -> 35.2); the H200's device rows of stop 38 (main job's fit): NeuSight workloads 26.5 ->
+    25.7, a shape pool 24.3 -> 23.3, TF32 convs 41.1 -> 38.8, the probe set 19.6 -> 20.3. A new GPU's few rows keep one
+    scale: per group, a linear scale of 2.24 came from 8 rows that were all large (A100 at k = 30, linears 41 -> 65%).
     """
-    scales, biases = np.geomspace(0.25, 4.0, 25), np.linspace(-2.0, 2.0, 81)
+    grid, biases = np.geomspace(0.25, 4.0, 25), np.linspace(-2.0, 2.0, 81)
+    scales = grid
     if bounded:  # docstring; the grid's bottom where even that is over
         cap = np.min(np.exp(logy) / floor)
-        scales = scales[scales <= cap] if (scales <= cap).any() else scales[:1]
+        scales = grid[grid <= cap] if (grid <= cap).any() else grid[:1]
     scaled_kernel = kernel[None, :] * np.exp(biases)[:, None]  # [bias, row]
     loss = np.array([np.sum((np.log(s * floor[None, :] + scaled_kernel) - logy) ** 2, axis=1) for s in scales])
     i, j = np.unravel_index(np.argmin(loss), loss.shape)  # the first of equal losses, scale-major as a loop finds it
     scale, bias = float(scales[i]), float(biases[j])
     corr = {"floor_scale": scale, "bias": bias, "rounds": int(rounds), "booster": None}
+    row_scale = np.full(len(logy), scale)
+    if groups is not None:  # docstring: each floor group's own scale, the kernel's bias fixed
+        corr["floor_scales"] = {}
+        for g in np.unique(groups):
+            rows = groups == g
+            if rows.sum() < MIN_GROUP_SCALE_ROWS:
+                continue
+            err = [np.sum((np.log(c * floor[rows] + kernel[rows] * np.exp(bias)) - logy[rows]) ** 2) for c in grid]
+            corr["floor_scales"][str(g)] = float(grid[int(np.argmin(err))])
+            row_scale[rows] = corr["floor_scales"][str(g)]
     if rounds:
         params = {"eta": 0.1, "max_depth": 3, "min_child_weight": 2, "reg_lambda": 1.0, "seed": seed, "nthread": 1}
-        obj = _correction_objective(kernel, scale * floor, logy)
+        obj = _correction_objective(kernel, row_scale * floor, logy)
         corr["booster"] = _train(params, F, np.full(len(F), bias), rounds, obj)
         corr["booster"].feature_names = list(names)
     return corr
@@ -1121,6 +1150,13 @@ def _train(params: dict, F: np.ndarray, base_margin: np.ndarray, rounds: int, ob
     d = xgb.DMatrix(F)
     d.set_base_margin(base_margin)
     return xgb.train(params, d, rounds, obj=obj)
+
+
+def _floor_scale(corr: dict, groups: np.ndarray) -> np.ndarray:
+    """Per row a correction's scale of the launch floor: its floor group's where the correction has one (a measured
+    GPU's own, :func:`_fit_correction`'s ``groups``), else the GPU's."""
+    own = corr.get("floor_scales") or {}
+    return np.array([own.get(str(g), corr["floor_scale"]) for g in groups], float)
 
 
 def _correction_margin(corr: dict, F: np.ndarray, names=FEATURES) -> np.ndarray:
