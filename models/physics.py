@@ -710,9 +710,9 @@ class PhysicsModel(CostModel):
                         floor[m], kernel[m], _ = c["model"]._parts(X[m])
                         which[m] = i
                     elif m.any():
-                        same = regime_index(X[m]) == c.get("harness", -1)  # its own floors: its harness's
-                        floor[m] = floor[m] * np.where(same, _floor_scale(c, floor_groups_of(X[m])), c["floor_scale"])
-                        kernel[m] = kernel[m] * np.exp(_correction_margin(c, self._inputs(X[m]), self.inputs_))
+                        Xm = X[m]
+                        floor[m] = floor[m] * _floor_scale(c, Xm, other=c["floor_scale"])
+                        kernel[m] = kernel[m] * np.exp(_correction_margin(c, self._inputs(Xm), self.inputs_))
                         which[m] = i
                 if fit and self.borrow_corrections:
                     self._borrow(X, floor, kernel, which, modes)
@@ -742,8 +742,7 @@ class PhysicsModel(CostModel):
                 distance, i = min(near)
                 c, w = self.corrections_[i], 1.0 - distance / BORROW_MAX_DISTANCE  # fades out with the distance
                 Xm = X[m]
-                same = regime_index(Xm) == c.get("harness", -1)  # a floor scale is the donor harness's
-                floor[m] = floor[m] * np.where(same, _floor_scale(c, floor_groups_of(Xm)) ** w, 1.0)
+                floor[m] = floor[m] * _floor_scale(c, Xm, other=1.0) ** w  # a floor scale is the donor harness's
                 kernel[m] = kernel[m] * np.exp(w * _correction_margin(c, self._inputs(Xm), self.inputs_))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
@@ -897,7 +896,14 @@ class PhysicsModel(CostModel):
                 corr = {"floor_scale": 1.0, "bias": 0.0, "rounds": 0, "booster": None}
             else:
                 corr = _fit_correction(
-                    self._inputs(X_new), base_floor, base_kernel, logy, rounds, self.random_state, self.inputs_, True
+                    self._inputs(X_new),
+                    base_floor,
+                    base_kernel,
+                    logy,
+                    rounds,
+                    self.random_state,
+                    self.inputs_,
+                    bounded=True,
                 )
             corr["method"] = "correction" if rounds >= 0 else "none"
         base_log = np.log(base_floor + base_kernel)
@@ -950,7 +956,7 @@ class PhysicsModel(CostModel):
             for k in np.unique(folds):
                 tr, te = folds != k, folds == k
                 c = _fit_correction(
-                    F[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state, self.inputs_, True
+                    F[tr], floor[tr], kernel[tr], logy[tr], rounds, self.random_state, self.inputs_, bounded=True
                 )
                 g = _correction_margin(c, F[te], self.inputs_)
                 oof[te] = np.log(floor[te] * c["floor_scale"] + kernel[te] * np.exp(g))
@@ -1152,11 +1158,19 @@ def _train(params: dict, F: np.ndarray, base_margin: np.ndarray, rounds: int, ob
     return xgb.train(params, d, rounds, obj=obj)
 
 
-def _floor_scale(corr: dict, groups: np.ndarray) -> np.ndarray:
-    """Per row a correction's scale of the launch floor: its floor group's where the correction has one (a measured
+def _group_scale(corr: dict, groups: np.ndarray) -> np.ndarray:
+    """Per floor group a correction's scale of the launch floor: the group's where the correction has one (a measured
     GPU's own, :func:`_fit_correction`'s ``groups``), else the GPU's."""
     own = corr.get("floor_scales") or {}
     return np.array([own.get(str(g), corr["floor_scale"]) for g in groups], float)
+
+
+def _floor_scale(corr: dict, X: pd.DataFrame, other: float) -> np.ndarray:
+    """Per row of ``X`` a correction's floor scale on rows of the harness its GPU was measured with
+    (:func:`_group_scale`), ``other`` on rows of another harness (and on every row of a calibrated GPU's correction,
+    which records no harness)."""
+    same = regime_index(X) == corr.get("harness", -1)
+    return np.where(same, _group_scale(corr, floor_groups_of(X)), other)
 
 
 def _correction_margin(corr: dict, F: np.ndarray, names=FEATURES) -> np.ndarray:

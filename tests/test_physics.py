@@ -598,7 +598,7 @@ def test_a_measured_gpus_correction_scales_each_floor_group_on_its_own():
     """A measured GPU's own correction scales each floor group's floor by its own rows (the host path of one family
     is not the same multiple of the shared floor on every host); a group of too few rows takes the GPU's one scale,
     and so does every group of a correction fitted without groups (a new GPU's few rows)."""
-    from models.physics import MIN_GROUP_SCALE_ROWS, _fit_correction, _floor_scale
+    from models.physics import MIN_GROUP_SCALE_ROWS, _fit_correction, _group_scale
 
     groups = np.array(["gemm"] * 20 + ["linear"] * 20 + ["norm"] * (MIN_GROUP_SCALE_ROWS - 1))
     kernel = np.full(len(groups), 1e-3)  # floor-bound calls
@@ -609,10 +609,10 @@ def test_a_measured_gpus_correction_scales_each_floor_group_on_its_own():
     assert corr["floor_scales"]["linear"] == pytest.approx(2.0, rel=0.06)
     assert "norm" not in corr["floor_scales"]
     np.testing.assert_allclose(
-        _floor_scale(corr, np.array(["linear", "norm"])), [corr["floor_scales"]["linear"], corr["floor_scale"]]
+        _group_scale(corr, np.array(["linear", "norm"])), [corr["floor_scales"]["linear"], corr["floor_scale"]]
     )
     one = _fit_correction(F, floor, kernel, logy, 0, 0, ("x",))
-    assert "floor_scales" not in one and np.all(_floor_scale(one, groups) == one["floor_scale"])
+    assert "floor_scales" not in one and np.all(_group_scale(one, groups) == one["floor_scale"])
 
 
 def test_a_second_gpu_calibrated_after_a_first_keeps_the_first(registry):
