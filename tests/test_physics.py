@@ -352,6 +352,31 @@ def test_a_measured_gpu_has_its_own_correction_per_math_mode():
     assert plain.corrections_ == []
 
 
+def test_an_oversampled_gpu_and_family_does_not_set_the_shared_efficiency():
+    """A (GPU, family) group counts as at most ``group_rows`` rows in the shared learner's loss: the A100's GEMM rows
+    repeated 10 times pull the shared efficiency of the T4's GEMMs toward the A100's level unweighted, and hardly at
+    all weighted (against a fit on each group once; the per-GPU corrections off, the shared learner alone)."""
+    rows, X = small_rows(), small_frame()
+    gemm = (rows["family"] == "gemm").to_numpy()
+    a100 = np.flatnonzero(gemm & (rows["hardware"] == "A100-PCIe-40GB").to_numpy())
+    t4 = np.flatnonzero(gemm & (rows["hardware"] == "T4").to_numpy())
+    y = rows["runtime_ms"].to_numpy()
+
+    def shared_log_eff(index: np.ndarray, **params) -> float:
+        model = PhysicsModel(**{**FAST, "hardware_corrections": False, **params}).fit(
+            X.iloc[index].reset_index(drop=True), y[index]
+        )
+        return float(np.mean(np.log(model.efficiency(X.iloc[t4].reset_index(drop=True)))))
+
+    once = shared_log_eff(np.concatenate([a100, t4]))
+    repeated = np.concatenate([np.tile(a100, 10), t4])
+    unweighted = shared_log_eff(repeated, group_rows=0)
+    weighted = shared_log_eff(repeated, group_rows=len(t4))
+    assert shared_log_eff(repeated, group_rows=10 * len(a100)) == pytest.approx(unweighted)  # no group over: weight 1
+    assert abs(unweighted - once) > 0.05  # the two GPUs' GEMMs run at other shares of their peaks
+    assert abs(weighted - once) < 0.25 * abs(unweighted - once)
+
+
 def test_a_new_variant_of_a_measured_chip_borrows_its_correction(registry):
     """An unseen GPU close to a measured one of its architecture (A100 80 GB SXM4 next to the A100 PCIe 40 GB, the
     H100 next to the H200) takes that GPU's correction for the same math mode, and still says it is unseen; one of
