@@ -550,13 +550,12 @@ class PhysicsModel(CostModel):
         ``group_rows`` rows (``min(1, group_rows / n)``; 0: every row 1). The efficiency shared by every GPU and
         family should not be the one of the most-sampled group: the main job trains on 3 000 NeuSight rows of each
         GEMM op per GPU against 40 of each elementwise op, and unweighted, a family held out of training came out
-        worse the more GEMM rows there were. Measured (physics model; ``make run``'s sample with NeuSight's GEMM /
-        conv caps 3 000 / 1 000, each family held out once and scored on the same rows as with 300 / 300; norm /
-        softmax / conv / GEMM MAPE): 300 / 300 14.0 / 10.8 / 34.7 / 47.0%, 3 000 / 1 000 unweighted 20.8 / 17.8 /
-        38.9 / 50.9, weighted at 1 500 16.3 / 13.4 / 36.2 / 50.9; at 600 14.8 / 11.5 / 36.9 / 49.4, but the GEMMs of
-        a NeuSight GPU held out 21.9 -> 22.6% (mean of 5; the V100 19.0 -> 24.2: DeepBench's ten GPUs then weigh as
-        much as NeuSight's five), 22.0 at 1 500 (``benchmarks/reference_sample.py``). The checks' samples (100 rows
-        per NeuSight op) have no group over 1 500. The per-GPU corrections see every row at weight 1."""
+        worse the more GEMM rows there were. Measured (``benchmarks/reference_sample.py --sizes 300:300,3000:300``:
+        each family held out once, scored on its rows of the 300-row sample; norm / softmax / conv MAPE): 300 GEMM rows
+        per op 14.0 / 10.8 / 34.7%, 3 000 unweighted 20.4 / 16.8 / 38.9, weighted at 1 500 17.0 / 13.7 / 36.2; at 600
+        14.6 / 11.5 / 36.4, but the GEMMs of a NeuSight GPU held out 22.1 -> 22.8% (mean of 5; the V100 20.4 -> 24.7:
+        DeepBench's ten GPUs then weigh as much as NeuSight's five), 22.1 at 1 500. The checks' samples (100 rows per
+        NeuSight op) have no group over 1 500. The per-GPU corrections see every row at weight 1."""
         if not self.group_rows:
             return np.ones(len(X))
         group = pd.Series(hardware_keys(X)).astype(str) + "|" + pd.Series(families_of(X)).astype(str)

@@ -8,9 +8,9 @@ Which rows (``conf/collect/backend/reference.yaml``): ``sources`` (name prefixes
 (null = all), ``exclude_hardware`` (e.g. a GPU kept aside to calibrate on later), and ``cap``: at most that many rows
 per (source, hardware, op, dtype) for the sources it names (a seeded sample, ``seed``), every row of the others;
 per source one number for every op, or a mapping from op name or op family (``data.workloads.OPS``) to a number,
-with ``default`` for the rest (``{neusight: {gemm: 300, elementwise: 40, default: 100}}``). NeuSight's 151k rows are
-98% of the pack; a cap of a few hundred per GPU and op keeps every op and GPU and makes the job minutes instead of
-an hour (the README's NeuSight evaluation: 5x the rows do not move leave-one-GPU-out).
+with ``default`` for the rest (``{neusight: {gemm: 3000, conv: 300, elementwise: 40, default: 100}}``, the main
+job's). NeuSight's 151k rows are 98% of the pack; a cap per GPU and op keeps every op and GPU and the job in minutes
+(more GEMM rows help the pack's own GPUs, not a new one: ``benchmarks/reference_sample.py``).
 
 :class:`ReferenceBackend` satisfies ``data.backends.Backend``: ``rows()`` is what collection takes (every selected
 row, validated, ``backend = reference``); ``measure(workload)`` looks one workload up (``hardware`` in the workload
