@@ -395,6 +395,7 @@ class Result:
     model_uri: str | None = None
     run_id: str | None = None
     test_frame: pd.DataFrame | None = None
+    train_keys: np.ndarray | None = None  # the registered fit's training rows as served (tracking.row_keys)
     tables: dict = field(default_factory=dict)  # a job's own tables (``extras``), for its report
 
 
@@ -489,6 +490,8 @@ def run_experiment(
             )
             res.metrics.update({"test/all/fit_seconds": fit.seconds, "test/all/n_train": float(fit.n_train)})
             res.metrics.update(calibration_metrics(fit.calibrated, target))
+            # what a later champion comparison leaves out of its rows, as register's held-out rows are keyed
+            res.train_keys = tracking.row_keys(served_frame(rows, train, describe))
             res.test_frame = served_frame(rows, test, [c for c in DESCRIBE if c in rows.columns]).assign(
                 **{c: Y[test, j] for j, c in enumerate(target.columns)},
                 **{f"pred_{c}": fit.pred[:, j] for j, c in enumerate(target.columns)},
@@ -676,6 +679,9 @@ def _files(name: str, res: Result, target: Target, extras):
             )
             frame.to_csv(directory / "heldout_predictions.csv", index=False)
             files += [directory / "parity.png", directory / "error_cdf.png", directory / "heldout_predictions.csv"]
+        if res.train_keys is not None:
+            np.save(directory / tracking.TRAIN_KEYS_FILE, res.train_keys)
+            files.append(directory / tracking.TRAIN_KEYS_FILE)
         if extras is not None:
             more_metrics, more_files = extras(name, res, directory)
             metrics.update(more_metrics)

@@ -4,6 +4,7 @@ import subprocess
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
@@ -161,8 +162,13 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
     assert neusight.any() and set(served.loc[neusight, "harness"]) == {"per_call"}
     served = served.assign(runtime_ms=job_rows.loc[test, "runtime_ms"].to_numpy(), pred_runtime_ms=0.0)
     champion = "models:/costmodel-runtime@champion"
-    champ_mape, _, n = tracking._rescore_champion(champion, served, "runtime_ms", "mape")
+    champ_mape, _, n, _ = tracking._rescore_champion(champion, served, "runtime_ms", "mape")
     assert n == len(served) and champ_mape == pytest.approx(float(best.data.metrics["test/all/mape"]), rel=1e-6)
+    # its own held-out rows are none of its training rows (its training keys, eval/training_keys.npy)
+    keys = np.load(mlflow.artifacts.download_artifacts(run_id=best.info.run_id, artifact_path="eval/training_keys.npy"))
+    trained = tracking._champion_train_keys(best.info.run_id)
+    assert set(keys) == set(trained) and len(keys) == len(ok) - len(test)
+    assert tracking._rescore_champion(champion, served, "runtime_ms", "mape", trained)[2:] == (len(served), 0)
 
 
 def test_champion_takes_mlir_text_and_sums_its_kernels(tiny_run):

@@ -5,6 +5,7 @@ import re
 import shutil
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.exceptions import MlflowException
@@ -15,7 +16,7 @@ from data.store import read_dataset
 from data.workloads import SHAPE_PARAMS
 from models.evaluate import regression_metrics
 from models.splits import SPLITS
-from pipelines import tracking
+from pipelines import experiment, tracking
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -118,6 +119,58 @@ def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
     assert d4.promoted == (metrics1["mape"] < champ_mape)
     expected = d4.version if d4.promoted else d2.version
     assert client.get_model_version_by_alias(NAME, "champion").version == expected
+
+
+def test_a_champion_is_re_scored_without_the_rows_it_was_trained_on(tiny_run, store):
+    """Each run keeps its registered fit's training rows as keys; a champion re-scored on another split's held-out
+    rows (as served) is compared on those it did not train on, and the version's tags say how many were left out."""
+    client = MlflowClient()
+    runs = _runs(client)
+    best, worst = runs[0], runs[-1]
+    [dataset] = (tiny_run["out"] / "datasets").glob("*.parquet")
+    rows = read_dataset(dataset)
+    ok = rows[rows["status"] == "ok"].reset_index(drop=True)
+    train0, test0 = SPLITS["held_out_shapes"](ok, test_size=0.2, seed=0)
+    split0 = tracking.split_identity("held_out_shapes", 0, 0.2, dataset_hash(rows), ok.loc[test0, "shape_id"])
+    describe = [c for c in experiment.DESCRIBE if c in ok.columns]
+    keys = np.load(
+        mlflow.artifacts.download_artifacts(run_id=best.info.run_id, artifact_path=f"eval/{tracking.TRAIN_KEYS_FILE}")
+    )
+    assert set(keys) == set(tracking.row_keys(experiment.served_frame(ok, train0, describe)))
+    d1 = _register(best, split0, _heldout(best))
+    assert d1.promoted
+
+    _, test1 = SPLITS["held_out_shapes"](ok, test_size=0.2, seed=1)
+    split1 = tracking.split_identity("held_out_shapes", 1, 0.2, dataset_hash(rows), ok.loc[test1, "shape_id"])
+    held1 = experiment.served_frame(ok, test1, describe).assign(runtime_ms=ok.loc[test1, "runtime_ms"].to_numpy())
+    held1["pred_runtime_ms"] = (
+        mlflow.pyfunc.load_model(worst.data.tags["model_uri"])
+        .predict(held1.drop(columns="runtime_ms"))["runtime_ms"]
+        .to_numpy()
+    )
+    trained = np.isin(tracking.row_keys(held1.drop(columns=["runtime_ms", "pred_runtime_ms"])), keys)
+    assert 0 < trained.sum() < len(held1)  # another seed's held-out rows: some of them the champion trained on
+    # the same workload read back from a CSV (integers as floats, missing values as NaN) keeps its key
+    assert (
+        tracking.row_keys(_heldout(best).drop(columns=["runtime_ms", "pred_runtime_ms"]))
+        == tracking.row_keys(experiment.served_frame(ok, test0, describe))
+    ).all()
+    rest = held1[~trained].reset_index(drop=True)
+    champ = mlflow.pyfunc.load_model(f"models:/{NAME}/{d1.version}").predict(
+        rest.drop(columns=["runtime_ms", "pred_runtime_ms"])
+    )["runtime_ms"]
+    d2 = _register(worst, split1, held1, regression_metrics(held1["runtime_ms"], held1["pred_runtime_ms"]))
+    tags = client.get_model_version(NAME, d2.version).tags
+    assert tags["champion_compared_on"] == (
+        f"champion re-evaluated on this run's held-out rows it was not trained on (n={len(rest)}; "
+        f"{int(trained.sum())} left out)"
+    )
+    assert float(tags["champion_mape"]) == pytest.approx(
+        regression_metrics(rest["runtime_ms"], champ)["mape"], rel=1e-5
+    )
+    assert d2.promoted == (
+        regression_metrics(rest["runtime_ms"], rest["pred_runtime_ms"])["mape"] < float(tags["champion_mape"])
+    )
 
 
 # --- the champion rule's errors: only an unusable champion loses without a comparison -------------------------------
