@@ -466,6 +466,7 @@ def run_experiment(
     trees = float(cfg.get("eval_trees") or 1)
     uri = tracking.setup(cfg.mlflow, out)
     results: dict[str, Result] = {}
+    train_keys: dict[tuple, np.ndarray] = {}
     for name, entry in entries.items():
         X, unit = encodings.X(entry.encoder), encodings.unit(entry.encoder)
         res = results[name] = Result(name)
@@ -490,8 +491,11 @@ def run_experiment(
             )
             res.metrics.update({"test/all/fit_seconds": fit.seconds, "test/all/n_train": float(fit.n_train)})
             res.metrics.update(calibration_metrics(fit.calibrated, target))
-            # what a later champion comparison leaves out of its rows, as register's held-out rows are keyed
-            res.train_keys = tracking.row_keys(served_frame(rows, train, describe))
+            # what a later champion comparison leaves out of its rows, keyed as register's held-out rows are (once
+            # per way of describing a row: every kernel model's are the same)
+            if tuple(describe) not in train_keys:
+                train_keys[tuple(describe)] = tracking.row_keys(served_frame(rows, train, describe))
+            res.train_keys = train_keys[tuple(describe)]
             res.test_frame = served_frame(rows, test, [c for c in DESCRIBE if c in rows.columns]).assign(
                 **{c: Y[test, j] for j, c in enumerate(target.columns)},
                 **{f"pred_{c}": fit.pred[:, j] for j, c in enumerate(target.columns)},
