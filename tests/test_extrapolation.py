@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import models.extrapolation as ex
@@ -92,8 +93,6 @@ def test_runner_rejects_an_unknown_check():
 def test_achieved_rate_table_is_flops_over_time_over_the_dtype_peak(registry):
     """``benchmarks/achieved_rate.py`` (the growth of convolutions' rate with size that check d asks a model to
     extrapolate, docs/extrapolation.md): FLOPs / runtime / the spec peak of the row's dtype, binned by FLOPs."""
-    import pandas as pd
-
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from achieved_rate import rates
 
@@ -108,3 +107,26 @@ def test_achieved_rate_table_is_flops_over_time_over_the_dtype_peak(registry):
         [1e9 / 1e-3 / peaks[0], 2e10 / 2e-3 / peaks[1], 3e11 / 4e-3 / peaks[2]]
     )
     assert [str(b) for b in out["log10_flops"]] == ["(8.5, 9.0]", "(10.0, 10.5]", "(11.0, 13.0]"]
+
+
+def test_repeat_errors_pair_only_the_same_kernel_measured_again():
+    """``benchmarks/in_sample.py`` (the noise under check (f)'s goal, docs/extrapolation.md): the H200 set's two
+    measurements of one kernel predict each other; DeepBench's two layouts of one shape (the same ``shape_id``, another
+    ``config``) and one shape in two dtypes are other kernels, not repeats."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from in_sample import repeat_errors
+
+    from data.reference import load_reference
+
+    rows = load_reference()
+    h200 = rows[(rows["hardware"] == "H200-SXM") & (rows["status"] == "ok")]
+    twin = h200[h200.duplicated("shape_id", keep=False)].groupby("shape_id").head(2).head(2)
+    assert len(twin) == 2 and twin["shape_id"].nunique() == 1
+    bench = rows[(rows["hardware"] == "T4") & rows["source"].str.startswith("deepbench")]
+    layouts = bench[bench.duplicated("shape_id", keep=False) & bench["config"].notna()]
+    layouts = layouts[layouts["shape_id"] == layouts["shape_id"].iloc[0]]
+    assert len(layouts.groupby(["dtype", "config"])) == len(layouts) > 2  # two layouts, two dtypes
+    out = repeat_errors(pd.concat([twin, layouts]).reset_index(drop=True))
+    a, b = twin["runtime_ms"].to_numpy(float)
+    assert out[:2].tolist() == pytest.approx([abs(b / a - 1) * 100, abs(a / b - 1) * 100])
+    assert out[2:].isna().all()
