@@ -778,14 +778,15 @@ class PhysicsModel(CostModel):
         pred = floor + kernel
         out = self.domain_.frame(X)
         if self.widening_ is not None:
-            q = widen(self.widening_, out["domain_distance"], out["hardware_seen"])
+            q = widen(self.widening_, out["domain_distance"], out["hardware_seen"], families_of(X))
         else:
             q = np.full(len(X), np.nan)
         for i, c in enumerate(self.corrections_):  # calibrated hardware: its own out-of-fold half-width
             if c.get("origin") == "fit":
                 continue
             m = which == i
-            q[m] = c["q"] + (self.widening_["slope"] if self.widening_ else 0.0) * out.loc[m, "domain_distance"]
+            d = out.loc[m, "domain_distance"].to_numpy(float)
+            q[m] = widen(self.widening_, d, np.ones(len(d), bool), base=c["q"]) if self.widening_ else c["q"]
         out.insert(0, "runtime_ms", pred)
         out.insert(1, "lo_ms", pred * np.exp(-q))
         out.insert(2, "hi_ms", pred * np.exp(q))
@@ -836,8 +837,8 @@ class PhysicsModel(CostModel):
             joblib.delayed(_fold_scores)(params, X.iloc[tr].reset_index(drop=True), y[tr], X.iloc[te], y[te])
             for tr, te in jobs
         )
-        scores, dist, seen = (np.concatenate(part) for part in zip(*out, strict=True))
-        return calibrate_widening(scores, dist, seen, self.level)
+        scores, dist, seen, family = (np.concatenate(part) for part in zip(*out, strict=True))
+        return calibrate_widening(scores, dist, seen, self.level, groups=family)
 
     # --- few-shot calibration -----------------------------------------------------------------------------
     def calibrate(self, X_new: pd.DataFrame, y_new, hardware: str | None = None, method: str = "auto") -> PhysicsModel:
@@ -1086,14 +1087,14 @@ class PhysicsModel(CostModel):
             self.net_.eval()
 
 
-def _fold_scores(params: dict, X_train, y_train, X_test, y_test) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _fold_scores(params: dict, X_train, y_train, X_test, y_test) -> tuple[np.ndarray, ...]:
     """One interval fold: a sub-model fitted on the fold's training rows, its absolute log errors on the held-out
-    rows and their domain distances and hardware-seen flags."""
+    rows and their domain distances, hardware-seen flags and op families."""
     X_test = X_test.reset_index(drop=True)
     sub = PhysicsModel(**params).fit(X_train, y_train)
     dom = sub.domain_.frame(X_test)
     score = np.abs(np.log(sub.predict(X_test)) - np.log(y_test))
-    return score, dom["domain_distance"].to_numpy(), dom["hardware_seen"].to_numpy()
+    return score, dom["domain_distance"].to_numpy(), dom["hardware_seen"].to_numpy(), families_of(X_test)
 
 
 def _weighted_median(values: np.ndarray, weight: np.ndarray) -> float:

@@ -117,8 +117,8 @@ def test_physics_model_flags_unseen_hardware_and_dtypes():
 
 @pytest.mark.slow
 def test_intervals_widen_outside_and_cover_held_out_rows():
-    """With interval folds: the half-width grows with the distance, and on a GPU held out of training the
-    interval covers most of its rows (the folds calibrate exactly that situation)."""
+    """With interval folds: the half-width grows with the distance (within a family: each has its own q), and on a
+    GPU held out of training the interval covers most of its rows (the folds calibrate exactly that situation)."""
     rows, X = small_rows(), small_frame()
     y = rows["runtime_ms"].to_numpy()
     nm = neusight_mask()
@@ -132,8 +132,11 @@ def test_intervals_widen_outside_and_cover_held_out_rows():
     covered = np.mean((y[held] >= dom["lo_ms"]) & (y[held] <= dom["hi_ms"]))
     assert covered >= 0.75, covered
     h200 = model.predict_domain(X[~nm].reset_index(drop=True))
-    half = np.log(h200["hi_ms"] / h200["runtime_ms"])
-    assert np.all(np.diff(half[np.argsort(h200["domain_distance"].to_numpy())]) >= -1e-9)
+    half = np.log(h200["hi_ms"] / h200["runtime_ms"]).to_numpy()
+    family = rows.loc[~nm, "family"].to_numpy()
+    for f in np.unique(family):  # each family's own q inside; outside, the same rise with the distance for all
+        m = family == f
+        assert np.all(np.diff(half[m][np.argsort(h200["domain_distance"].to_numpy()[m])]) >= -1e-9), f
 
 
 def test_categories_seen_only_apart_are_outside():
@@ -174,6 +177,55 @@ def test_widening_covers_the_farthest_rows_not_only_the_many_just_outside():
     w = calibrate_widening(s, d, seen, level=0.9)
     covered = s <= widen(w, d, seen)
     assert covered[d >= 3].mean() >= 0.85 and covered[(d > 0) & (d < 3)].mean() >= 0.9
+
+
+def test_each_family_gets_its_own_q_inside_the_domain():
+    """Fold rows of two families, one fitted to 5%, one to 40%: a pooled quantile covers the noisy family's rows well
+    under the level and the quiet one's at nearly all; per family each is covered at the level, and a GPU never
+    measured is never given less than the pooled q (its own level error is in every family)."""
+    rng = np.random.default_rng(1)
+    n = 2000
+    family = np.where(rng.random(n) < 0.7, "elementwise", "gemm")
+    seen = rng.random(n) < 0.5
+    s = np.abs(rng.normal(0, np.where(family == "gemm", 0.4, 0.05)))
+    d = np.zeros(n)
+    pooled = calibrate_widening(s, d, seen, level=0.9)
+    by = calibrate_widening(s, d, seen, level=0.9, groups=family)
+    for name in ("gemm", "elementwise"):
+        m = family == name
+        covered = s[m] <= widen(by, d[m], seen[m], family[m])
+        assert covered.mean() >= 0.89, name
+    gemm = family == "gemm"
+    assert np.mean(s[gemm] <= widen(pooled, d[gemm], seen[gemm])) < 0.8  # pooled: the noisy family under the level
+    assert np.mean(s[~gemm] <= widen(pooled, d[~gemm], seen[~gemm])) > 0.99
+    assert by["by_group"]["elementwise"]["q_seen"] < 0.5 * pooled["q_seen"]
+    assert min(q["q_unseen"] for q in by["by_group"].values()) >= by["q_unseen"]
+    # a widening without groups, or rows of a family it has no q of, take the pooled ones
+    assert widen(by, [0.0], [True], ["softmax"])[0] == pytest.approx(by["q_seen"])
+
+
+def test_distance_curve_is_as_wide_as_the_fold_rows_need_far_out():
+    """Outside rows: the many just outside have errors a little over q, the far ones (distance 4-6) errors that grow
+    slowly. One slope that covers the near quarter (a small excess over a tiny distance) is steep and gives the far
+    rows intervals several times wider than their errors; the curve of binned quantiles covers each bin at the level
+    and stays near what the far rows need. A widening saved before the curve (no ``knots``) keeps the line."""
+    rng = np.random.default_rng(2)
+    near_d, far_d = rng.uniform(0.01, 0.3, 800), rng.uniform(4, 6, 400)
+    near_s, far_s = 0.15 + np.abs(rng.normal(0, 0.1, 800)), 0.3 + np.abs(rng.normal(0, 0.1, 400))
+    s = np.concatenate([np.abs(rng.normal(0, 0.1, 500)), near_s, far_s])
+    d = np.concatenate([np.zeros(500), near_d, far_d])
+    seen = np.ones(len(s), bool)
+    w = calibrate_widening(s, d, seen, level=0.9)
+    q = widen(w, d, seen)
+    for m in (d == 0, (d > 0) & (d < 1), d >= 4):
+        assert np.mean(s[m] <= q[m]) >= 0.89
+    line = w["q_seen"] + w["slope"] * d
+    assert np.median(q[d >= 4]) < 0.25 * np.median(line[d >= 4])  # the line: several times wider far out
+    assert np.median(q[d >= 4]) < 2 * np.quantile(far_s, 0.9)
+    old = {k: v for k, v in w.items() if k not in ("knots", "beyond")}
+    np.testing.assert_allclose(widen(old, d, seen), line)
+    grid = widen(w, np.linspace(0, 8, 40), np.ones(40, bool))
+    assert np.all(np.diff(grid) >= 0) and grid[-1] > grid[0]  # never narrower farther out
 
 
 @pytest.mark.parametrize("seed", range(4))

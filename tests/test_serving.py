@@ -50,6 +50,7 @@ def api_preds(champion):
 
 def test_signature_example_interval_and_test_coverage(champion, api_preds):
     from models.domain import widen
+    from models.physics import families_of, physics_frame
 
     mlflow.set_tracking_uri(champion["uri"])
     info = mlflow.models.get_model_info(MODEL)
@@ -66,11 +67,14 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     spec = cm.meta["intervals"]["runtime_ms"]
     assert cm.has_domain and spec["level"] == 0.9
     assert spec["log_halfwidth"] == pytest.approx(m["calibration/all/log_halfwidth"]) and m["calibration/all/n"] >= 9
-    # the served interval is the physics model's widened rule: pred * exp(+-q), q = q_seen | q_unseen + slope * distance
+    # the served interval is the physics model's widened rule: pred * exp(+-q), q = the row's family's q_seen | q_unseen
+    # inside the domain, the distance curve outside (models.domain.widen)
     inner = cm.pyfunc.unwrap_python_model()
     widening = inner.model.widening_
-    dom = inner.model.predict_domain(inner.encoder.transform(pd.DataFrame(WORKLOADS)))
-    q = widen(widening, dom["domain_distance"], dom["hardware_seen"])
+    X = physics_frame(inner.encoder.transform(pd.DataFrame(WORKLOADS)))
+    dom = inner.model.predict_domain(X)
+    q = widen(widening, dom["domain_distance"], dom["hardware_seen"], families_of(X))
+    assert set(widening["by_group"]) >= set(families_of(X)) and widening["knots"][0][0] == 0
     assert list(api_preds.columns) == COLS + DOMAIN and (api_preds["runtime_ms"] > 0).all()
     assert widening["q_seen"] > 0 and widening["q_unseen"] >= widening["q_seen"] and widening["slope"] >= 0
     np.testing.assert_allclose(api_preds["runtime_ms_hi"] / api_preds["runtime_ms"], np.exp(q), rtol=1e-9)
