@@ -414,6 +414,7 @@ def judge(args) -> int:
 
 
 def fit(args) -> int:
+    import numpy as np
     import pandas as pd
     from hydra import compose, initialize_config_dir
 
@@ -435,7 +436,9 @@ def fit(args) -> int:
     rows = rows[~rows["hardware"].isin(args.exclude)].reset_index(drop=True)  # a GPU the model never sees
     encoder = PhysicsFeaturizer(registry)
     trees = {"n_estimators": args.trees} if args.trees else {}
-    model = experiment.build(experiment.model_entries(cfg)["physics"], interval_folds=False, keep_rows=0, **trees)
+    model = experiment.build(
+        experiment.model_entries(cfg)["physics"], interval_folds=args.intervals, keep_rows=0, **trees
+    )
     model.fit(encoder.transform(rows), rows["runtime_ms"].to_numpy(float))
     without = f", without {', '.join(args.exclude)}" if args.exclude else ""
     print(f"physics model fitted on {len(rows)} real GPU rows of the pack (seed {args.seed}{without})")
@@ -444,11 +447,19 @@ def fit(args) -> int:
         measured = measured[measured["status"] == "ok"].reset_index(drop=True)
         inputs = measured.assign(harness=measurement_settings(measured)["harness"])
         y = measured["runtime_ms"].to_numpy(float)
-        scores = _scores(measured, y, model.predict(encoder.transform(inputs)))
+        dom = model.predict_domain(encoder.transform(inputs))
+        scores = _scores(measured, y, dom["runtime_ms"].to_numpy(float))
         print(
             f"{path} ({', '.join(measured['hardware'].unique())}): "
             + ", ".join(f"{key} {mape:.1f}" for key, (_, mape, _) in scores.items())
         )
+        if args.intervals:  # the 90% interval: the share of rows inside, and how wide it is (log, mean)
+            inside = (y >= dom["lo_ms"].to_numpy()) & (y <= dom["hi_ms"].to_numpy())
+            half = np.log(dom["hi_ms"] / dom["runtime_ms"]).to_numpy()
+            print(
+                f"  interval: covered {inside.mean():.3f}, mean log half-width {half.mean():.3f}, "
+                f"in domain {dom['in_domain'].mean():.2f}"
+            )
     return 0
 
 
@@ -484,6 +495,7 @@ def main(argv=None) -> int:
     f.add_argument("--trees", type=int, default=None, help="n_estimators (default: conf/model/physics.yaml's)")
     f.add_argument("--cap", type=int, default=None, help="rows per source, GPU, op and dtype (default: the main job's)")
     f.add_argument("--exclude", action="append", default=[], help="a GPU of the pack left out of training (repeatable)")
+    f.add_argument("--intervals", action="store_true", help="fit the interval folds too; print coverage and width")
     q = sub.add_parser("probe", help="write the workloads of the open questions (PROBES), a CSV for measure")
     q.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("report", help="print what measured probe rows answer")

@@ -123,6 +123,12 @@ def test_fit_scores_measured_rows_with_the_physics_model_fitted_on_the_pack(tmp_
     assert "without H200-SXM" in out and int(out.split("fitted on ")[1].split(" real GPU rows")[0]) < fitted
     assert gpu_holdout.main(["fit", str(path), "--trees", "10", "--exclude", "H300"]) == 2
     assert "no such GPU" in capsys.readouterr().err
+    # --intervals: the interval folds fitted too, the 90% interval's coverage and width of each file's rows
+    args = ["fit", str(path), "--trees", "10", "--cap", "3", "--exclude", "H200-SXM", "--intervals"]
+    assert gpu_holdout.main(args) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  interval: covered "))
+    covered, half = (float(v.split(",")[0]) for v in (line.split("covered ")[1], line.split("half-width ")[1]))
+    assert 0 <= covered <= 1 and half > 0 and line.endswith("in domain 0.00")  # a GPU never seen: outside
 
 
 def test_probe_pairs_each_question_and_report_prints_what_was_measured(tmp_path, monkeypatch, registry, capsys):
