@@ -16,9 +16,10 @@ efficiency was only ever checked inside it. So every prediction carries
 * ``hardware_seen``: the hardware's spec position equals one of the training hardware's (rows of it were fitted).
 
 :func:`widen` turns these into the interval half-width (log space, ``models.conformal``): ``q = q_seen`` for
-hardware seen in training, ``q_unseen`` for new hardware inside the span, plus ``slope * domain_distance``. The
-three numbers are calibrated on held-out folds by :func:`calibrate_widening` (held-out shapes, leave-one-hardware-
-out, held-out largest shapes), never set by hand, so the coverage outside is measured, not assumed.
+hardware seen in training, ``q_unseen`` for new hardware (each op family's own), plus, outside, the rise of a curve
+in ``domain_distance``. All of it is calibrated on held-out folds by :func:`calibrate_widening` (held-out shapes,
+leave-one-hardware-out, each math mode, held-out largest shapes), never set by hand, so the coverage outside is
+measured, not assumed.
 """
 
 from __future__ import annotations
@@ -183,10 +184,11 @@ def calibrate_widening(scores, distance, hardware_seen, level: float = 0.9, grou
     (b) 0.75 / 0.78 -> 0.79 / 0.36, ``extrapolation_b_all`` 0.95 / 0.61 -> 0.97 / 0.60.
 
     ``groups`` (per row, e.g. its op family): ``by_group`` holds a ``q_seen`` / ``q_unseen`` per group from its own
-    rows (the pooled ones where it has too few; its ``q_unseen`` never below its ``q_seen``); the slope stays sized
-    against the pooled ones. A pooled quantile is marginal over the mix of rows: on every GPU of the pack held out in
-    turn, the pooled half-width covered 1.00 of the unseen GPUs' elementwise rows and 0.86 of their GEMMs, 0.88 of
-    their convolutions (``extrapolation_b_all``, in-domain rows); with each family's own q, 0.93 and 0.91.
+    rows (the pooled ones where it has too few; its ``q_unseen`` never below its ``q_seen`` nor the pooled
+    ``q_unseen``); the slope and the curves stay sized against the pooled ones. A pooled quantile is marginal over
+    the mix of rows: on every GPU of the pack held out in turn, the pooled half-width covered 1.00 of the unseen
+    GPUs' elementwise rows and 0.86 of their GEMMs, 0.88 of their convolutions (``extrapolation_b_all``, in-domain
+    rows); with each family's own q, 0.93 and 0.91.
     """
     s, d, seen = (np.asarray(a, float) for a in (scores, distance, hardware_seen))
     seen = seen.astype(bool)
