@@ -25,9 +25,9 @@ import pandas as pd
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from data.backends.reference import select
 from data.reference import load_reference
 from features.physics import PhysicsFeaturizer
+from models.public_eval import extrapolation_rows
 from pipelines import experiment
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -56,9 +56,7 @@ def main(argv=None) -> int:
             "evaluate", overrides=[f"experiment=extrapolation_{args.check}", "model=[physics]", f"seed={args.seed}"]
         )
     ds = cfg.dataset
-    rows = load_reference()
-    rows = rows[rows["status"] == "ok"].reset_index(drop=True)
-    rows = select(rows, sources=list(ds.sources), cap=dict(ds.get("cap") or {}), seed=args.seed).reset_index(drop=True)
+    rows = extrapolation_rows(ds, load_reference(), args.seed).reset_index(drop=True)
     X = PhysicsFeaturizer(experiment.hardware_registry(cfg)).transform(rows).reset_index(drop=True)
     y = rows["runtime_ms"].to_numpy(float)
     params = OmegaConf.to_container(OmegaConf.create(ds.get("model_params") or {}))

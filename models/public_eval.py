@@ -427,21 +427,23 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, out_dir=None
 # --- extrapolation checks (a)-(f) on the shipped pack ------------------------------------------------------
 
 
+def extrapolation_rows(ds, rows, seed: int):
+    """The rows an extrapolation check runs on: the pack's measured rows of its sources, sampled by its cap."""
+    from data.backends.reference import select
+
+    ok = rows[rows["status"] == "ok"].reset_index(drop=True)
+    return select(ok, sources=list(ds.sources), cap=dict(ds.get("cap") or {}), seed=seed)
+
+
 def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir) -> list[dict]:
     """One extrapolation check (module docstring) for every model on the same rows and folds."""
-    from data.backends.reference import select
     from features.physics import PhysicsFeaturizer
     from models.extrapolation import CHECKS, GOALS, NAMES, Candidate, markdown, run_check, verdict
 
     check = str(ds.check)
     if check not in CHECKS:
         raise ValueError(f"unknown extrapolation check {check!r} (one of {', '.join(CHECKS)})")
-    ok = select(
-        rows[rows["status"] == "ok"].reset_index(drop=True),
-        sources=list(ds.sources),
-        cap=dict(ds.get("cap") or {}),
-        seed=seed,
-    )
+    ok = extrapolation_rows(ds, rows, seed)
     frames = {
         "physics": PhysicsFeaturizer(registry).transform(ok).reset_index(drop=True),
         "tabular": spec_features(ok, registry).reset_index(drop=True),
