@@ -121,12 +121,12 @@ def network_grid(spec: dict) -> list[dict]:
 def collect_networks(
     networks: list[dict], backend, dtype: str = "float32", annotate: Callable[[dict], dict] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Measure the networks and every distinct layer of them (``data.networks.layers``).
+    """Measure the networks and every distinct layer of them (``data.workloads.network_layers``).
 
     Returns (network rows + ``annotate(workload)``'s columns (e.g. the MLIR text) + ``layer_ids``: the JSON list of
     the network's layer ids in order, layer rows + ``layer_id``); a failed measurement raises ``RuntimeError`` naming
     the network or layer."""
-    from data.networks import layers
+    from data.workloads import network_layers as layers
     from data.workloads import shape_id
 
     net_rows, layer_rows = [], {}

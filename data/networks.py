@@ -1,12 +1,12 @@
 """Whole networks defined in torch (MLP, small CNN, transformer block) and their split into layer workloads.
 
-A network is an ``nn.Module`` built only from *leaf modules that are ops of* :mod:`data.workloads`
+A network is an ``nn.Module`` built only from *leaf modules that are ops of* the registry (:mod:`data.ops`)
 (``Linear`` -> ``linear``, ``Conv2d`` -> ``conv2d``, ``LayerNorm`` -> ``layernorm``, ``ReLU``/``GELU`` ->
 ``relu``/``gelu``, :class:`Add` -> ``add``, :class:`Mul` -> ``mul``, :class:`Attention` -> ``sdpa``,
 :class:`MeanPool` -> ``mean``).
-The network row runs that module; :func:`layers` runs the *same* module on ``meta`` tensors with a forward
-hook on every leaf and records each leaf's op and shape in our conventions. So a network row and its layer
-rows share one code path: change a network and both follow. Views/reshapes/transposes between layers are
+The network row runs that module; :func:`data.workloads.network_layers` runs the *same* module on ``meta`` tensors
+with a forward hook on every leaf and records each leaf's op and shape in our conventions. So a network row and its
+layer rows share one code path: change a network and both follow. Views/reshapes/transposes between layers are
 not layers (they launch no kernel, or a copy we do not model).
 
 Networks and their shape parameters:
@@ -194,7 +194,7 @@ def _rows(x: torch.Tensor) -> int:
     return int(x.numel() // x.shape[-1])
 
 
-def _leaf_workload(mod: nn.Module, args: tuple) -> dict | None:
+def leaf_workload(mod: nn.Module, args: tuple) -> dict | None:
     """Our (op, params) for one leaf call, from the module and the shapes it was called with."""
     x = args[0]
     if isinstance(mod, nn.Linear):
@@ -229,30 +229,3 @@ def _leaf_workload(mod: nn.Module, args: tuple) -> dict | None:
     if isinstance(mod, MeanPool):
         return {"op": "mean", "params": {"m": x.shape[0] * x.shape[1], "n": x[0, 0].numel()}}
     return None
-
-
-def layers(op: str, params: Mapping[str, object], dtype: str = "float32") -> list[dict]:
-    """Split network workload ``op`` into its layer workloads ``[{op, params, dtype}, ...]`` in call order.
-
-    Runs the network's own module on ``meta`` tensors (no memory, no compute) and records every leaf call.
-    """
-    from data.workloads import build, family, validate
-
-    if family(op) != "network":
-        raise ValueError(f"op {op!r} is not a network (family {family(op)!r})")
-    module, inputs, _ = build(op, params, dtype, device="meta")
-    found: list[dict] = []
-
-    def hook(mod, args, _out):
-        w = _leaf_workload(mod, args)
-        if w is not None:
-            found.append({"op": w["op"], "params": validate(w["op"], w["params"], dtype), "dtype": dtype})
-
-    handles = [m.register_forward_hook(hook) for m in module.modules() if not list(m.children())]
-    try:
-        with torch.no_grad():
-            module(*inputs)
-    finally:
-        for h in handles:
-            h.remove()
-    return found

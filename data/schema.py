@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pandera.pandas as pa
 
-from data.workloads import DTYPES, OPS, SHAPE_PARAMS
+from data.ops import DTYPES, KV_DTYPES, OPS, SHAPE_PARAMS
 
 STATUSES = ("ok", "error")
 BACKEND_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "collect" / "backend"
@@ -45,6 +45,7 @@ MeasurementSchema = pa.DataFrameSchema(
         "op": pa.Column(str, pa.Check.isin(list(OPS))),
         "family": pa.Column(str),
         "dtype": pa.Column(str, pa.Check.isin(list(DTYPES))),
+        "kv_dtype": _nullable(str, pa.Check.isin(["", *KV_DTYPES])),  # a KV cache's storage (attention; '': dtype)
         **{p: _nullable("Int64", pa.Check.ge(0)) for p in SHAPE_PARAMS},
         "shape_id": pa.Column(str, pa.Check.str_length(1, 64)),
         "hardware": pa.Column(str, pa.Check.str_length(1, 128)),
@@ -137,7 +138,7 @@ def dataset_hash(df: pd.DataFrame) -> str:
 
 
 # the identity of a row: what a rerun of the same sweep would measure again
-KEY_FIELDS: tuple[str, ...] = ("op", "dtype", *SHAPE_PARAMS, "config", "hardware", "backend")
+KEY_FIELDS: tuple[str, ...] = ("op", "dtype", "kv_dtype", *SHAPE_PARAMS, "config", "hardware", "backend")
 
 
 def _plain(value):
@@ -167,7 +168,10 @@ def row_key(row: Mapping) -> str:
         config = None
     if isinstance(config, str):
         config = json.loads(config) if config else None
+    # only the fields a row sets: a column added to the schema later leaves every earlier row's key as it was
     ident = {f: _plain(params.get(f, row.get(f))) for f in KEY_FIELDS if f != "config"}
-    ident["config"] = config or None
+    ident = {f: v for f, v in ident.items() if v is not None and v != ""}
+    if config:
+        ident["config"] = config
     text = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

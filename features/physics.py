@@ -33,7 +33,7 @@ with the cuda backend, float16 / bfloat16 convolutions over 2 GFLOP with channel
 The alignment stays a learner input: without the cap the two GPUs' 16-bit convs come out at 0.67-0.72 of their time
 (median), with it at 1.36-1.71 for the large misaligned ones.
 
-GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM, ``data.backends.sim_roofline.gemm_dims``; attention
+GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM, the op registry's ``gemm``; attention
 as the two GEMMs of a fused kernel, M = seq, N = head_dim, K = 2 seq, half of K when causal) are split into output
 tiles ``tm x tn`` (and ``s`` slices of K, split-K) dealt to the SMs in waves (NVIDIA, "Matrix Multiplication
 Background", tile and wave quantisation). Each wave costs one full tile per SM:
@@ -64,11 +64,10 @@ import json
 import numpy as np
 import pandas as pd
 
-from data.backends.sim_roofline import gemm_dims
-from data.costs import costs, echo
+from data.costs import costs, echo, with_defaults
 from data.hardware import HardwareRegistry, HardwareSpec
-from data.workloads import OPS, SHAPE_PARAMS
-from features.tabular import DTYPE_BYTES, FeatureError, TabularFeaturizer
+from data.ops import OPS, SHAPE_PARAMS
+from features.tabular import DTYPE_BYTES, FeatureError, TabularFeaturizer, kv_dtypes_of
 
 TILES = (
     (256, 128),
@@ -461,56 +460,37 @@ def gemm_time(batch, m, n, k, peak, sms, whole_k=None):
     return best, out["waves"], out["tiles"], out["tm"], out["tn"], out["split"]
 
 
-def _contiguous(op: str, p: dict) -> tuple[int, int]:
-    """Lengths of the contiguous rows of the operands (row-major), whose alignment decides vector / TMA loads."""
-    if op in ("matmul", "bmm", "linear"):
-        return p["k"], p["n"]  # A[.., k] rows and B / weight / C rows of n (linear's weight is [n, k]: k)
-    if op == "conv2d":
-        return p["c_in"], p["c_out"]  # channels: the GEMM K and N of cuDNN's implicit GEMM (NHWC kernels)
-    if op == "sdpa":
-        return p["head_dim"], p["head_dim"]
-    return p.get("n", 1), p.get("n", 1)
-
-
 def _shape_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per row: family, flops, bytes and GEMM dims (batch, M, N, K), computed once per distinct (op, dtype, shape)."""
-    cols = ["op", "dtype", *SHAPE_PARAMS]
-    key = pd.util.hash_pandas_object(df[cols], index=False).to_numpy()
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    records = []
+    """Per row: family, flops, bytes, GEMM dims (batch, M, N, K), the contiguous row lengths of the two operands and
+    the elements a collective moves over the links: the op registry's closed forms (``data.ops``: ``flops``,
+    ``tensors``, ``gemm``, ``rows``, ``wire``) evaluated at every shape parameter, optional ones included, one numpy
+    pass per (op, dtype, KV dtype)."""
     ops, dtypes = df["op"].to_numpy(object), df["dtype"].to_numpy(object)
-    shapes = {p: df[p].to_numpy() for p in SHAPE_PARAMS}
-    # FLOPs and bytes in one vectorised pass of data.costs' closed forms (equal to count_cost's FlopCounterMode counts,
-    # tests/test_costs.py; ~4 ms a shape counted, 6 000+ distinct shapes in the main job's pack sample), each op at
-    # its shape parameters, the optional ones (groups, dilation, kv_len) at their defaults
-    unknown = [op for op in pd.unique(ops[first]) if OPS[op].family not in FAMILIES]
+    unknown = [op for op in pd.unique(ops) if OPS[op].family not in FAMILIES]
     if unknown:
-        i = first[np.flatnonzero(ops[first] == unknown[0])[0]]
+        i = int(np.flatnonzero(ops == unknown[0])[0])
         raise FeatureError(
             f"row {i}: op {unknown[0]!r} (family {OPS[unknown[0]].family}) has no physics model; ops with one: "
             f"{', '.join(PHYSICS_OPS)}"
         )
-    required = {p for op in pd.unique(ops[first]) for p in OPS[op].params}
-    flops_of, bytes_of = costs(ops[first], {p: shapes[p][first] for p in required}, dtypes[first])
-    for j, i in enumerate(first):
-        op = ops[i]
-        fam = OPS[op].family
-        params = {p: int(shapes[p][i]) for p in OPS[op].params}
-        flops, nbytes = float(flops_of[j]), float(bytes_of[j])
-        if op == "sdpa":
-            dims = (
-                params["batch"] * params["heads"],
-                params["seq_len"],
-                params["head_dim"],
-                params["seq_len"] * (1 if params["causal"] else 2),
-            )
-        else:
-            dims = gemm_dims(op, params) or (1, params.get("m", 1), params.get("n", 1), 0)
-        records.append((fam, flops, nbytes, *dims, *_contiguous(op, params)))
-    table = pd.DataFrame(
-        records, columns=["family", "flops", "bytes", "g_batch", "g_m", "g_n", "g_k", "row_a", "row_b"]
-    )
-    return table.iloc[inverse].reset_index(drop=True)
+    n = len(df)
+    shapes = {p: df[p].to_numpy(float) for p in SHAPE_PARAMS}
+    kv = kv_dtypes_of(df)
+    flops, nbytes = costs(ops, shapes, dtypes, kv_dtypes=kv)
+    out = {c: np.zeros(n) for c in ("g_batch", "g_m", "g_n", "g_k", "row_a", "row_b", "wire")}
+    codes, names = pd.factorize(ops)
+    for c, op in enumerate(names):
+        rows = np.flatnonzero(codes == c)
+        spec = OPS[op]
+        p = with_defaults(op, {k: shapes[k][rows] for k in spec.names})
+        ones = np.ones(len(rows))
+        gemm = spec.gemm(p) if spec.gemm is not None else (ones, p.get("m", ones), p.get("n", ones), 0 * ones)
+        row_a, row_b = spec.rows(p) if spec.rows is not None else (ones, ones)
+        values = (*gemm, row_a, row_b, spec.wire(p) if spec.wire is not None else 0 * ones)
+        for col, v in zip(("g_batch", "g_m", "g_n", "g_k", "row_a", "row_b", "wire"), values):
+            out[col][rows] = v * ones
+    family = np.array([OPS[op].family for op in names], object)[codes]
+    return pd.DataFrame({"family": family, "flops": flops, "bytes": nbytes, **out})
 
 
 def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.ndarray) -> dict[str, np.ndarray]:
@@ -688,8 +668,8 @@ class PhysicsFeaturizer:
     """Workload descriptions -> the physics frame (times, hardware position, dimensionless :data:`FEATURES`).
 
     Validation is ``TabularFeaturizer.check``'s (one clear error per bad row); ops without a physics model
-    (networks: split them into layers with ``data.networks.layers``; FPGA layers) and non-GPU/CPU hardware raise
-    ``FeatureError`` naming the row or hardware.
+    (networks: split them into layers with ``data.workloads.network_layers``; FPGA layers) and non-GPU/CPU hardware
+    raise ``FeatureError`` naming the row or hardware.
     """
 
     def __init__(self, registry: HardwareRegistry):

@@ -28,13 +28,34 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from data.backends.sim_roofline import gemm_dims
 from data.costs import costs, drop_defaults, echo, first_problem, shape_problems, with_defaults
-from data.hardware import HardwareRegistry
-from data.workloads import DTYPES, OPS, SHAPE_PARAMS
+from data.hardware import HardwareRegistry, HardwareSpec
+from data.ops import DTYPE_INFO, DTYPES, KV_DTYPES, OPS, SHAPE_PARAMS
 
-DTYPE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = {name: d.act for name, d in DTYPE_INFO.items()}  # bytes per element of a row's activations
 REQUIRED = ("op", "hardware")
+MATH_FAMILIES = ("gemm", "conv", "attention", "moe")  # the families whose dtype needs the GPU's math units
+
+
+def peak_rate(spec: HardwareSpec, dtype: str) -> float:
+    """The spec's dense peak FLOP/s for a row dtype's math (``data.ops.DTYPE_INFO`` ``rate``: fp8 rows run at the
+    spec's fp8 rate, weight-only int4 at its bfloat16 rate), float32's where the spec lists no such rate."""
+    return spec.peak_flops(DTYPE_INFO[dtype].rate)
+
+
+def unit_problem(spec: HardwareSpec, dtype: str) -> str | None:
+    """Why ``spec`` cannot run matrix math in ``dtype`` (None where it can): a GPU needs a rate for a dtype that
+    needs its own units (bfloat16 before Ampere, fp8 before Ada / Hopper, int8 without int8 tensor cores); a CPU
+    has no kernels for the quantised GEMM formats."""
+    info = DTYPE_INFO[dtype]
+    if spec.kind == "gpu" and info.needs_units and info.rate not in spec.peak_tflops:
+        return (
+            f"hardware {spec.id!r} has no {info.rate} units (its spec lists no {info.rate} peak): it cannot run "
+            f"{dtype} matrix math"
+        )
+    if spec.kind == "cpu" and info.matrix:
+        return f"hardware {spec.id!r} is a CPU: no {dtype} kernels"
+    return None
 
 
 class FeatureError(ValueError):
@@ -50,8 +71,8 @@ TILES = (64, 128, 256)  # square output-tile edges for the wave features (cuBLAS
 
 
 def gemm_mn(op, params, groups=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(batch, M, N, K)`` of the GEMM each row lowers to (``data.backends.sim_roofline.gemm_dims``: matmul, bmm,
-    linear; conv2d as implicit GEMM, one per group), NaN for rows of other ops; ``params`` maps shape names to
+    """``(batch, M, N, K)`` of the GEMM each row lowers to (the registry's ``gemm``: matmul, bmm, linear; conv2d
+    as implicit GEMM, one per group; attention, MoE), NaN for rows of other ops; ``params`` maps shape names to
     arrays (an optional parameter missing, NaN or 0 is its default), ``groups`` is ``pd.factorize(op)`` where the
     caller has it."""
     op = np.asarray(op, object)
@@ -60,22 +81,22 @@ def gemm_mn(op, params, groups=None) -> tuple[np.ndarray, np.ndarray, np.ndarray
     for c, name in enumerate(names):
         if name in GEMM_OPS:
             rows = codes == c
-            got = gemm_dims(
-                name,
-                with_defaults(name, {k: np.asarray(params[k], float)[rows] for k in OPS[name].names if k in params}),
+            got = OPS[name].gemm(
+                with_defaults(name, {k: np.asarray(params[k], float)[rows] for k in OPS[name].names if k in params})
             )
             for out, values in zip(dims, got):
                 out[rows] = values
     return dims
 
 
-GEMM_OPS = ("matmul", "bmm", "linear", "conv2d")  # the ops gemm_dims lowers to a GEMM
+# the ops whose tabular wave features read a GEMM (attention and MoE keep their memory-bound form here)
+GEMM_OPS = ("matmul", "bmm", "linear", "conv2d")
 
 
 def work_tiles(op, params, nbytes, dtype_bytes, tile: int) -> np.ndarray:
     """Output tiles of ``tile x tile`` a kernel is split into (the unit of work one SM takes at a time), per row.
 
-    GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM: ``data.backends.sim_roofline.gemm_dims``):
+    GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM: the registry's ``gemm``):
     ``batch * ceil(M / tile) * ceil(N / tile)`` (NVIDIA, "Matrix Multiplication Background User's Guide",
     tile quantization). Other ops (memory-bound: elementwise, norms, softmax, reductions) have no GEMM tiles;
     their work is approximated by the elements they move, ``bytes / dtype_bytes``, in blocks of ``tile**2``
@@ -204,7 +225,38 @@ def _empty(value) -> bool:
 EMPTY_OP = "empty op cell (give an op, e.g. matmul)"
 EMPTY_HARDWARE = "empty hardware cell (give a hardware id from conf/hardware, e.g. H100-SXM)"
 # a column pandas renamed because a CSV header repeated it ("m", "m.1"): a duplicate, refused like one
-_RENAMED = re.compile("^(" + "|".join(("op", "hardware", "dtype", "mlir", *SHAPE_PARAMS)) + r")\.[0-9]+$")
+_RENAMED = re.compile("^(" + "|".join(("op", "hardware", "dtype", "kv_dtype", "mlir", *SHAPE_PARAMS)) + r")\.[0-9]+$")
+
+
+def _unit_problem(ops, specs, hw_codes, dt_names, dt_codes):
+    """The rows of a matrix family (:data:`MATH_FAMILIES`) whose hardware has no units for their dtype
+    (:func:`unit_problem`), each distinct (hardware, dtype) pair looked up once."""
+    math = np.isin(ops, [op for op, spec in OPS.items() if spec.family in MATH_FAMILIES])
+    if not math.any():
+        return None
+    keys = hw_codes.astype(np.int64) * (len(dt_names) + 1) + dt_codes
+    codes, uniques = pd.factorize(keys[math])
+    bad = {}
+    for code, key in enumerate(uniques):
+        hw_c, dt_c = divmod(int(key), len(dt_names) + 1)
+        spec = specs[hw_c] if 0 <= hw_c < len(specs) else None
+        dtype = dt_names[dt_c] if 0 <= dt_c < len(dt_names) else None
+        if spec is not None and isinstance(dtype, str) and dtype in DTYPES:
+            message = unit_problem(spec, dtype)
+            if message is not None:
+                bad[code] = message
+    if not bad:
+        return None
+    rows = np.full(len(ops), -1)
+    rows[math] = codes
+    return np.isin(rows, list(bad)) & math, lambda i: bad[int(rows[i])]
+
+
+def kv_dtypes_of(df: pd.DataFrame) -> np.ndarray:
+    """The ``kv_dtype`` column of a checked frame ('' where absent: the row's dtype)."""
+    if "kv_dtype" not in df.columns:
+        return np.full(len(df), "", object)
+    return df["kv_dtype"].fillna("").astype(str).to_numpy(object)
 
 
 def _column_problem(codes: np.ndarray, bad: dict[int, str]):
@@ -223,6 +275,7 @@ class _Checked:
     dtypes: np.ndarray  # dtype names (object), float32 where missing
     hardware: np.ndarray  # resolved hardware ids (object)
     shapes: dict[str, np.ndarray]  # float64 per shape parameter, 0 where the row's op does not use it
+    kv_dtypes: np.ndarray  # a KV cache's dtype per row ('' where the op reads none or it is the row's dtype)
 
 
 class TabularFeaturizer:
@@ -245,6 +298,7 @@ class TabularFeaturizer:
             op=pd.Series(c.ops, dtype=str),
             hardware=pd.Series(c.hardware, dtype=str),
             dtype=pd.Series(c.dtypes, dtype=str),
+            kv_dtype=pd.Series(c.kv_dtypes, dtype=str),
         )
         for col in SHAPE_PARAMS:
             cols[col] = c.shapes[col]
@@ -252,7 +306,7 @@ class TabularFeaturizer:
 
     def transform(self, workloads: pd.DataFrame) -> pd.DataFrame:
         c = self._check(workloads)
-        return self._features(c.ops, c.dtypes, c.hardware, c.shapes)
+        return self._features(c.ops, c.dtypes, c.hardware, c.shapes, c.kv_dtypes)
 
     def features(self, df: pd.DataFrame) -> pd.DataFrame:
         """The feature frame of a frame :meth:`check` already validated and normalised."""
@@ -261,6 +315,7 @@ class TabularFeaturizer:
             df["dtype"].to_numpy(object),
             df["hardware"].to_numpy(object),
             {p: df[p].to_numpy(float) for p in SHAPE_PARAMS},
+            kv_dtypes_of(df),
         )
 
     def _check(self, workloads) -> _Checked:
@@ -328,7 +383,17 @@ class TabularFeaturizer:
         memory_gb = np.array([np.nan if s is None else s.memory_gb for s in specs], float)[hw_codes]
         hardware = np.array([None if s is None else s.id for s in specs], object)[hw_codes]
         dtypes = np.array([v if isinstance(v, str) and v in DTYPES else None for v in dt_names], object)[dt_codes]
-
+        kv_dtypes = np.full(n, "", object)
+        if "kv_dtype" in df.columns:  # a KV cache's storage, where an op reads one (empty: the row's dtype)
+            kv_codes, kv_names = _factorize(df["kv_dtype"].to_numpy(object))
+            bad = {
+                c: f"unknown kv_dtype {echo(_value(v), 80)}; KV cache dtypes: {', '.join(KV_DTYPES)}"
+                for c, v in enumerate(kv_names)
+                if not _empty(v) and (not isinstance(v, str) or v.strip() not in KV_DTYPES)
+            }
+            problems.append(_column_problem(kv_codes, bad))
+            names = np.array([v.strip() if isinstance(v, str) else "" for v in kv_names] + [""], object)
+            kv_dtypes = names[kv_codes]
         # shapes: one numpy pass over the rows of each op (data.costs.shape_problems)
         shapes = {p: np.zeros(n) for p in SHAPE_PARAMS}
         raw = {p: df[p].to_numpy() for p in SHAPE_PARAMS if p in df.columns}
@@ -355,20 +420,28 @@ class TabularFeaturizer:
             for p in params:
                 shapes[p][rows] = values[p]
             ops[rows] = op
+        problems.append(_unit_problem(ops, specs, hw_codes, dt_names, dt_codes))
+        kv_dtypes = np.where(np.isin(ops, [op for op, spec in OPS.items() if spec.kv]), kv_dtypes, "")
+        kv_dtypes = np.where(kv_dtypes == dtypes, "", kv_dtypes)
         first = first_problem([p for p in problems if p is not None])
         if first is not None:
             raise FeatureError(f"row {first[0]}: {first[1]}")
-        return _Checked(df, ops, dtypes, hardware, shapes)
+        return _Checked(df, ops, dtypes, hardware, shapes, kv_dtypes)
 
     def _features(
-        self, ops: np.ndarray, dtypes: np.ndarray, hardware: np.ndarray, shapes: dict[str, np.ndarray]
+        self,
+        ops: np.ndarray,
+        dtypes: np.ndarray,
+        hardware: np.ndarray,
+        shapes: dict[str, np.ndarray],
+        kv_dtypes: np.ndarray | None = None,
     ) -> pd.DataFrame:
         """Vectorised over rows: FLOPs and bytes from the closed forms of ``data.costs`` (one numpy pass per op),
         spec numbers looked up once per hardware (peak FLOP/s once per hardware and dtype) and spread by index;
         the columns fill one float64 matrix, wrapped in one DataFrame."""
         n = len(ops)
         op_codes, op_names = _factorize(ops)
-        flops, nbytes = costs(ops, shapes, dtypes, groups=(op_codes, op_names))
+        flops, nbytes = costs(ops, shapes, dtypes, groups=(op_codes, op_names), kv_dtypes=kv_dtypes)
         hw_codes, hw_ids = _factorize(hardware)
         dt_codes, dt_names = _factorize(dtypes)
         specs = [self.registry.get(h) for h in hw_ids]
@@ -377,7 +450,7 @@ class TabularFeaturizer:
             return np.array([value(s) for s in specs], float)[hw_codes]
 
         pair_codes, pairs = pd.factorize(hw_codes * len(dt_names) + dt_codes)
-        peak = np.array([specs[p // len(dt_names)].peak_flops(dt_names[p % len(dt_names)]) for p in pairs], float)[
+        peak = np.array([peak_rate(specs[p // len(dt_names)], dt_names[p % len(dt_names)]) for p in pairs], float)[
             pair_codes
         ]
         bw = spec_column(lambda s: s.bandwidth_bytes_s)
@@ -468,7 +541,7 @@ class PowerFeaturizer(TabularFeaturizer):
         for c, sim in enumerate(sims):
             rows = np.flatnonzero(hw_codes == c)
             dt_codes, dt_names = _factorize(dtypes[rows])
-            peak = np.array([sim.hardware.peak_flops(dt) for dt in dt_names], float)[dt_codes]
+            peak = np.array([peak_rate(sim.hardware, dt) for dt in dt_names], float)[dt_codes]
             runtime_s[rows] = sim.runtimes_s(tuple(d[rows] for d in gemm), nbytes[rows], peak)
         idle = np.array([sim.idle_power_w() for sim in sims], float)[hw_codes]
         tdp = np.array([float(sim.hardware.tdp_w) for sim in sims], float)[hw_codes]

@@ -75,6 +75,8 @@ TORCH_DTYPES = {
     "bool": torch.bool,
 }
 COLUMNS = ["node", "target", "module", "op", "dtype", *SHAPE_PARAMS]
+# the dtypes a whole module runs in (quantised GEMM formats are a kernel's, not a module's: data.ops.DTYPE_INFO)
+CAPTURE_DTYPES = ("float32", "tf32", "float16", "bfloat16")
 
 
 class CaptureError(ValueError):
@@ -700,12 +702,12 @@ def _dtype_label(dtype) -> tuple[str | None, torch.dtype | None]:
     if dtype is None:
         return None, None
     if isinstance(dtype, torch.dtype):
-        label = {v: k for k, v in reversed(list(DTYPES.items())) if k not in ("fixed",)}.get(dtype)
+        label = {DTYPES[k]: k for k in reversed(CAPTURE_DTYPES)}.get(dtype)
         if label is None:
-            raise CaptureError(f"dtype {dtype} has no workload dtype; known: float32, float16, bfloat16, tf32")
+            raise CaptureError(f"dtype {dtype} has no workload dtype; known: {', '.join(CAPTURE_DTYPES)}")
         return label, dtype
-    if dtype not in DTYPES or dtype == "fixed":
-        raise CaptureError(f"unknown dtype {dtype!r}; known: float32, tf32, float16, bfloat16")
+    if dtype not in CAPTURE_DTYPES:
+        raise CaptureError(f"unknown dtype {dtype!r}; known: {', '.join(CAPTURE_DTYPES)}")
     return dtype, DTYPES[dtype]
 
 

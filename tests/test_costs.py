@@ -1,5 +1,6 @@
-"""data/costs.py: the closed-form FLOPs and bytes of every op equal FlopCounterMode's (``count_cost``) on random
-valid shapes, vectorised over rows; the shape check refuses what cannot exist, in one line."""
+"""The registry's closed-form FLOPs and bytes of every op (``data.ops``, evaluated by ``data.costs``) equal
+FlopCounterMode's (``count_cost``) on random valid shapes and every dtype the op has a kernel for, vectorised over
+rows; the shape check refuses what cannot exist, in one line."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data.costs import FORMS, INT64_MAX, costs, echo, fmt_dim, op_costs
-from data.workloads import DTYPES, OPS, WorkloadError, count_cost, validate
+from data.costs import INT64_MAX, costs, echo, fmt_dim, op_costs
+from data.ops import FP8_ALIGN, KV_DTYPES
+from data.workloads import OPS, WorkloadError, count_cost, validate
 
 EXACT = 2.0**53  # float64 holds every integer below this: the closed forms are exact there
 
@@ -39,6 +41,12 @@ RANGES = {
     "groups": (1, 256),
     "dilation": (1, 4),
     "kv_len": (1, 4096),
+    "num_kv_heads": (1, 16),
+    "experts": (1, 64),
+    "topk": (1, 8),
+    "tp": (1, 8),
+    "ep": (1, 8),
+    "gpus": (2, 8),
 }
 NETWORK_RANGES = {"batch": (1, 8), "width": (1, 64), "h": (1, 40), "seq_len": (1, 64), "heads": (1, 8), "depth": (1, 4)}
 UNSET = (None, float("nan"), 0)  # an optional parameter at its default: missing, NaN or 0
@@ -67,6 +75,15 @@ def _valid(op: str, p: dict, integers, choice) -> dict:
         p["padding"] = min(p["padding"], p["kernel"] // 2)
     if op == "sdpa":
         p["kv_len"] = choice([p["seq_len"], integers(*RANGES["kv_len"])])
+        if p["causal"] and p["kv_len"] < p["seq_len"]:  # causal queries are the last positions of the keys
+            p["kv_len"] = p["seq_len"]
+        p["num_kv_heads"] = choice([d for d in range(1, p["heads"] + 1) if p["heads"] % d == 0])
+    if op == "moe":  # whole experts and expert columns per GPU
+        p["ep"], p["tp"] = integers(*RANGES["ep"]), integers(*RANGES["tp"])
+        p["experts"], p["n"] = p["ep"] * integers(1, 16), p["tp"] * integers(1, 512)
+        p["topk"] = min(p["topk"], p["experts"])
+    if op in ("all_gather", "reduce_scatter"):
+        p["n"] = p["gpus"] * integers(1, 1024)
     if op == "transformer":  # whole heads
         p["width"] = p["heads"] * integers(1, 16)
     for name, default in OPS[op].optional:  # at the default: unset (missing, NaN, 0) or given explicitly
@@ -85,30 +102,33 @@ def shapes(draw, op: str) -> dict:
     return _valid(op, p, lambda lo, hi: draw(st.integers(lo, hi)), lambda xs: draw(st.sampled_from(xs)))
 
 
-def test_every_op_has_a_closed_form():
-    """An op added to data.workloads.OPS needs its FLOPs and tensors in data/costs.py FORMS (and a range here)."""
-    missing = [op for op in OPS if op not in FORMS]
-    assert not missing, f"ops without a closed form in data/costs.py FORMS: {', '.join(missing)}"
+def test_every_parameter_has_a_test_range():
+    """A shape parameter added to the registry needs a range here to draw valid shapes from."""
     unknown = sorted({p for op in OPS for p in OPS[op].names} - set(RANGES))
     assert not unknown, f"shape parameters without a test range in tests/test_costs.py RANGES: {unknown}"
 
 
+def _dtype_valid(op: str, p: dict, dtype: str) -> dict:
+    """An fp8 GEMM's k and n are multiples of 16 (cuBLASLt's rule)."""
+    if dtype == "float8_e4m3fn" and op in ("matmul", "linear"):
+        p["k"], p["n"] = (FP8_ALIGN * max(1, p[d] // FP8_ALIGN) for d in ("k", "n"))
+    return p
+
+
 @pytest.mark.parametrize("op", list(OPS))
 def test_closed_form_equals_flop_counter_mode(op):
-    if op not in FORMS:
-        pytest.fail(f"op {op!r} has no closed form in data/costs.py FORMS")
-
     @settings(
         max_examples=12 if OPS[op].family == "network" else 25,
         deadline=None,
         derandomize=True,
         suppress_health_check=[HealthCheck.too_slow],
     )
-    @given(p=shapes(op), dtype=st.sampled_from(list(DTYPES)))
-    def check(p, dtype):
-        want = count_cost(op, p, dtype)
-        itemsize = DTYPES[dtype].itemsize
-        got = op_costs(op, {k: np.array([float(v)]) for k, v in p.items()}, np.array([itemsize]))
+    @given(p=shapes(op), dtype=st.sampled_from(OPS[op].dtypes), kv=st.sampled_from([None, *KV_DTYPES]))
+    def check(p, dtype, kv):
+        p = _dtype_valid(op, p, dtype)
+        kv = kv if OPS[op].kv else None
+        want = count_cost(op, p, dtype, kv)
+        got = op_costs(op, {k: np.array([float(v)]) for k, v in p.items()}, dtype, kv)
         for name, w, g in (("flops", want[0], got[0][0]), ("bytes", want[1], got[1][0])):
             if w < EXACT:
                 assert g == w, f"{op} {p} {dtype}: {name} {g} != FlopCounterMode {w}"
@@ -123,10 +143,12 @@ def test_costs_vectorised_over_mixed_ops_equal_per_row_count_cost():
     rows = []
     for i in range(400):
         op = list(OPS)[i % len(OPS)]
-        rows.append((op, _draw(op, rng), list(DTYPES)[rng.integers(len(DTYPES))]))
-    params = {k: np.array([float(p.get(k, 0)) for _, p, _ in rows]) for k in RANGES}
-    flops, nbytes = costs([r[0] for r in rows], params, [r[2] for r in rows])
-    want = np.array([count_cost(op, p, dt) for op, p, dt in rows])
+        dtype = OPS[op].dtypes[rng.integers(len(OPS[op].dtypes))]
+        kv = KV_DTYPES[rng.integers(len(KV_DTYPES))] if OPS[op].kv else None
+        rows.append((op, _dtype_valid(op, _draw(op, rng), dtype), dtype, kv))
+    params = {k: np.array([float(p.get(k, 0)) for _, p, _, _ in rows]) for k in RANGES}
+    flops, nbytes = costs([r[0] for r in rows], params, [r[2] for r in rows], kv_dtypes=[r[3] for r in rows])
+    want = np.array([count_cost(op, p, dt, kv) for op, p, dt, kv in rows])
     np.testing.assert_array_equal(flops, want[:, 0])
     np.testing.assert_array_equal(nbytes, want[:, 1])
 
@@ -140,7 +162,7 @@ def _draw(op: str, rng) -> dict:
 def test_huge_shapes_cost_without_overflow():
     """10^7-wide GEMMs: 2e21 FLOPs (beyond int64) come out as floats, not wrapped integers."""
     p = {k: np.array([1e7]) for k in ("m", "n", "k")}
-    flops, nbytes = op_costs("matmul", p, np.array([2.0]))
+    flops, nbytes = op_costs("matmul", p, "float16")
     assert flops[0] == 2e21 and nbytes[0] == 3 * 1e14 * 2
 
 

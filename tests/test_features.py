@@ -118,6 +118,7 @@ def reference_features(registry, df: pd.DataFrame) -> pd.DataFrame:
     from FlopCounterMode (``count_cost``), spec numbers looked up per row, the wave features from integer
     arithmetic (``gemm_dims``). ``TabularFeaturizer`` (vectorised, closed forms) must give the same frame."""
     from data.backends.sim_roofline import gemm_dims
+    from data.ops import DTYPE_INFO
     from data.workloads import DTYPES, OPS, SHAPE_PARAMS, count_cost, validate
     from features.tabular import DTYPE_BYTES, TILES
 
@@ -127,7 +128,7 @@ def reference_features(registry, df: pd.DataFrame) -> pd.DataFrame:
         p = validate(r["op"], {k: r.get(k) for k in SHAPE_PARAMS}, dt)
         s = registry.get(r["hardware"])
         flops, nbytes = count_cost(r["op"], p, dt)
-        peak, bw, sms = s.peak_flops(dt), s.bandwidth_bytes_s, max(float(s.sm_count), 1.0)
+        peak, bw, sms = s.peak_flops(DTYPE_INFO[dt].rate), s.bandwidth_bytes_s, max(float(s.sm_count), 1.0)
         x = {k: float(p.get(k, 0)) for k in SHAPE_PARAMS}
         x |= {f"op_{op}": float(r["op"] == op) for op in OPS} | {f"dtype_{d}": float(dt == d) for d in DTYPES}
         x |= {
@@ -178,9 +179,12 @@ def reference_features(registry, df: pd.DataFrame) -> pd.DataFrame:
 
 
 def mixed_workloads(registry, n: int, seed: int = 0) -> pd.DataFrame:
-    """``n`` rows over every op, dtype and GPU spec (ids and aliases), shapes from a small pool per op (so the
-    reference's FlopCounterMode cache keeps it quick), some dtypes missing, shape columns as NaN where unused."""
-    from data.workloads import DTYPES, OPS
+    """``n`` rows over every op, each dtype it has a kernel for and GPU spec (ids and aliases) that can run it,
+    shapes from a small pool per op (so the reference's FlopCounterMode cache keeps it quick), some dtypes missing,
+    shape columns as NaN where unused."""
+    from data.workloads import OPS
+    from features.tabular import MATH_FAMILIES, unit_problem
+    from tests.test_costs import _dtype_valid
 
     rng = np.random.default_rng(seed)
     names = [name for s in registry if "float32" in s.peak_tflops for name in (s.id, *s.aliases)]
@@ -188,15 +192,14 @@ def mixed_workloads(registry, n: int, seed: int = 0) -> pd.DataFrame:
     rows = []
     for i in range(n):
         op = list(OPS)[i % len(OPS)]
-        dtype = [*DTYPES, None][rng.integers(len(DTYPES) + 1)]
+        dtypes = OPS[op].dtypes
+        dtype = [*dtypes, None][rng.integers(len(dtypes) + 1)]
+        hardware = names[rng.integers(len(names))]
+        if dtype and OPS[op].family in MATH_FAMILIES and unit_problem(registry.get(hardware), dtype):
+            dtype = None  # a dtype this GPU has no units for is refused (tests of that: test_physics)
+        shape = _dtype_valid(op, dict(pool[op][rng.integers(4)]), dtype or "float32")
         rows.append(
-            {
-                "op": op,
-                "hardware": names[rng.integers(len(names))],
-                **pool[op][rng.integers(4)],
-                **({"dtype": dtype} if dtype else {}),
-                "note": f"row {i}",
-            }
+            {"op": op, "hardware": hardware, **shape, **({"dtype": dtype} if dtype else {}), "note": f"row {i}"}
         )
     return pd.DataFrame(rows)
 

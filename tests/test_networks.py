@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from data.networks import layers
 from data.workloads import build, count_cost, family
+from data.workloads import network_layers as layers
 
 NETS = [
     ("mlp", dict(batch=8, width=64, depth=3)),

@@ -50,38 +50,19 @@ This is a first simulator; it is deterministic and it is *not* a measurement (ba
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
+from data import costs
 from data.backends import base_row, environment
 from data.hardware import HardwareSpec
+from data.ops import DTYPE_INFO, OPS
 from data.workloads import count_cost, validate
 
 
-def _or_one(value):
-    """An optional conv parameter (groups, dilation): missing, NaN or 0 (a feature frame's unused column) is 1;
-    elementwise over an array."""
-    if value is None or np.ndim(value) == 0:
-        return int(value) if isinstance(value, numbers.Number) and value == value and value != 0 else 1
-    value = np.asarray(value, float)
-    return np.where(np.isnan(value) | (value == 0), 1.0, value)
-
-
-def gemm_dims(op: str, p: dict) -> tuple[int, int, int, int] | None:
-    """``(batch, M, N, K)`` of the GEMM an op lowers to, or None for non-GEMM ops; ``p`` holds ints (one workload)
-    or arrays (rows of one op)."""
-    if op in ("matmul", "linear"):
-        return 1, p["m"], p["n"], p["k"]
-    if op == "bmm":
-        return p["batch"], p["m"], p["n"], p["k"]
-    if op == "conv2d":  # a grouped conv is ``groups`` independent GEMMs (depthwise: N = 1, K = kernel^2)
-        groups, dilation = _or_one(p.get("groups")), _or_one(p.get("dilation"))
-        span = dilation * (p["kernel"] - 1) + 1
-        h_out = (p["h"] + 2 * p["padding"] - span) // p["stride"] + 1
-        w_out = (p["w"] + 2 * p["padding"] - span) // p["stride"] + 1
-        return groups, p["batch"] * h_out * w_out, p["c_out"] // groups, p["c_in"] // groups * p["kernel"] ** 2
-    return None
+def gemm_dims(op: str, p: dict) -> tuple[float, float, float, float] | None:
+    """``(batch, M, N, K)`` of the GEMM a matmul, bmm, linear or (implicit-GEMM) conv lowers to, None for other ops
+    (the simulator costs those by their bytes): the op registry's ``gemm`` (``data.costs.gemm_dims``)."""
+    return costs.gemm_dims(op, p) if OPS[op].family in ("gemm", "conv") else None
 
 
 def utilisation(
@@ -139,7 +120,8 @@ class SimRooflineBackend:
         p = validate(op, params, dtype)
         _, nbytes = count_cost(op, p, dtype)
         dims = gemm_dims(op, p)
-        return float(self.runtimes_s((np.nan,) * 4 if dims is None else dims, nbytes, self.hardware.peak_flops(dtype)))
+        peak = self.hardware.peak_flops(DTYPE_INFO[dtype].rate)
+        return float(self.runtimes_s((np.nan,) * 4 if dims is None else dims, nbytes, peak))
 
     def runtimes_s(self, gemm, nbytes, peak_flops) -> np.ndarray:
         """``max(t_compute, t_memory) + launch_overhead`` (module docstring) on this hardware, elementwise over
@@ -169,7 +151,7 @@ class SimRooflineBackend:
             flops,
             nbytes,
             runtime_s,
-            hw.peak_flops(dtype),
+            hw.peak_flops(DTYPE_INFO[dtype].rate),
             hw.bandwidth_bytes_s,
             self.compute_power_weight,
             self.memory_power_weight,
