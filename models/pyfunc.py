@@ -76,6 +76,7 @@ from models.conformal import bounded_interval, halfwidths
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundled with every logged model
+CODE_CONF = ("physics.yaml",)  # conf/ files the bundled code reads (features.physics.LAWS_PATH)
 INPUT_ERROR_PREFIX = "invalid workload: "
 MESSAGE_CHARS = 600  # an error line's length limit (a message may list the known ops or hardware ids)
 COMBINE = ("sum", "max", "time_weighted")
@@ -344,4 +345,9 @@ def code_paths(directory: Path) -> list[str]:
         dest = directory / pkg
         shutil.copytree(ROOT / pkg, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
         paths.append(str(dest))
+    conf = directory / "conf"  # the configuration the bundled code reads beside itself (the physics laws' numbers)
+    conf.mkdir(parents=True, exist_ok=True)
+    for name in CODE_CONF:
+        shutil.copy2(ROOT / "conf" / name, conf / name)
+    paths.append(str(conf))
     return paths
