@@ -71,7 +71,7 @@ from data.hardware import HardwareRegistry
 from data.workloads import SHAPE_PARAMS
 from features.inputs import mlir_text
 from features.tabular import FeatureError
-from models.base import CostModel, load_model
+from models.base import ArtifactError, CostModel, load_model
 from models.conformal import bounded_interval, halfwidths
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,7 +178,10 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
         self.encoder = build_encoder(self.meta["encoder"], self.registry)
         path = Path(context.artifacts["model"])
         if (path / "model.json").exists():
-            self.model = load_model(path)
+            try:
+                self.model = load_model(path)
+            except ArtifactError as exc:  # one line that says what to do, as MLflow's own load errors are
+                raise MlflowException(str(exc)) from None
         else:  # a power surrogate saved before it was a CostModel
             from models.power import PowerSurrogate
 

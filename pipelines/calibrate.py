@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from data.workloads import SHAPE_PARAMS
+from models.base import Calibratable
 
 MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
 # candidate shapes for --measure: the main job's ops at GPU sizes (seeded), in the dtypes a user runs
@@ -121,7 +122,7 @@ def load_served(uri: str):
         inner = load_pyfunc(f"models:/{name}/{mv.version}").unwrap_python_model()
     except (MlflowException, OSError) as exc:
         raise CalibrationError(f"cannot load model {uri!r}: {str(exc).strip().splitlines()[0]}") from None
-    if not hasattr(inner, "model") or not callable(getattr(inner.model, "calibrate", None)):
+    if not isinstance(getattr(inner, "model", None), Calibratable):
         kind = getattr(getattr(inner, "model", None), "name", type(inner).__name__)
         raise CalibrationError(
             f"model {uri!r} ({kind}) cannot be calibrated: only a model with calibrate() "
