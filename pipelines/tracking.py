@@ -12,9 +12,8 @@ champion *on the same held-out rows*:
   both are compared there (on the rows the champion can featurize, e.g. hardware it knows), less the rows the
   champion was trained on: each run keeps its registered fit's training rows as keys
   (``eval/training_keys.npy``, :func:`row_keys` of the rows as served). A champion trained on another split or
-  sample has seen some of this run's held-out rows, and scored on them it looked better than it is (a main job
-  whose GEMM sample grew 10x: the champion of the larger sample 8.6% MAPE on the new run's rows, 10.4 for the
-  new model). A champion logged before the keys is compared on every row, which favours it.
+  sample has seen some of this run's held-out rows, and scored on them it would look better than it is. A champion
+  logged without the keys is compared on every row, which favours it.
 
 The decision and the numbers it used are stored as tags on the new version (``champion_decision``,
 ``champion_compared_on``, ``champion_<metric>``) and :func:`list_versions` shows them.
