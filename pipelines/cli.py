@@ -480,7 +480,14 @@ def calibrate(args) -> int:
 
     import mlflow  # noqa: F401 - imported first: its import sets its loggers' level
 
-    from pipelines.calibrate import CalibrationError, calibrate_registered, choose_sweep, load_served, measure_sweep
+    from pipelines.calibrate import (
+        CalibrationError,
+        NotBetter,
+        calibrate_registered,
+        choose_sweep,
+        load_served,
+        measure_sweep,
+    )
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     if bool(args.measurements) == bool(args.measure):
@@ -518,6 +525,9 @@ def calibrate(args) -> int:
         )
     except CalibrationError as exc:
         raise CliError(str(exc)) from None
+    except NotBetter as exc:  # a valid request whose answer is "no better model": said, nothing registered
+        print(f"costmodel: calibrate: {exc}", file=sys.stderr)
+        return 1
     print(f"models:/{result.name}/{result.version}")
     return 0
 

@@ -260,6 +260,28 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
 
 
 @pytest.mark.slow
+def test_calibrate_registers_nothing_that_does_not_beat_the_model(held_out_store, pack, tmp_path, capsys):
+    """Rows measured exactly as the model answers them: no calibration beats that out of fold, so the command says
+    so in one line, exits 1 and registers no version."""
+    uri = held_out_store["uri"]
+    gpu = pack[pack["hardware"] == HELD_GPU].sample(30, random_state=1)
+    cols = ["op", "hardware", "dtype", *[c for c in SHAPES if gpu[c].notna().any()]]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    versions = {v.version for v in client.search_model_versions("name='costmodel-runtime'")}
+    first = f"models:/costmodel-runtime/{min(versions, key=int)}"  # the main job's fit, never calibrated
+    model = load_cost_model(first, tracking_uri=uri)
+    src = tmp_path / "as_predicted.csv"
+    gpu[cols].assign(runtime_ms=model.predict(gpu[cols])["runtime_ms"].to_numpy()).to_csv(src, index=False)
+    rc, out, err = cli_in_process(
+        capsys, "calibrate", "--model", first, "--measurements", str(src), "--tracking-uri", uri
+    )
+    lines = err.strip().splitlines()
+    assert rc == 1 and out == "" and len(lines) == 1 and lines[0].startswith("costmodel: calibrate:"), err
+    assert "does not beat the model's own answer out of fold" in lines[0] and "nothing registered" in lines[0]
+    assert {v.version for v in client.search_model_versions("name='costmodel-runtime'")} == versions
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change,msg",
     [
