@@ -20,8 +20,8 @@ Tables -> rows of the one schema (:mod:`data.ops` conventions):
 * ``attention/.../generation_attention_perf`` (decode, one new token per sequence): ``sdpa`` seq_len 1,
   kv_len = isl + step, causal 0. ``isl`` is 1 in every table and ``step`` 2^j - 1, so the cache lengths are 2 ...
   131072. Checked on the data: reading ``2 batch kv_len num_kv_heads head_dim`` KV bytes in the rows' KV dtype, the
-  largest decodes (over 200 MB of cache) run at 28-93% of the H200's 4.8 TB/s, 53-89% of the L40S's 864 GB/s and
-  33-85% of the A100's 2.04 TB/s, never above: a cache of ``isl + step`` tokens, each read once.
+  largest decodes (over 200 MB of cache) run at 28-93% (5th percentile to maximum) of the H200's 4.8 TB/s, 53-89% of
+  the L40S's 864 GB/s and 33-85% of the A100's 2.04 TB/s, never above: a cache of ``isl + step`` tokens, read once.
 * ``encoder_attention/.../encoder_attention_perf`` (a vision encoder's self-attention): ``sdpa`` batch, heads,
   seq_len = kv_len = isl, head_dim, causal 0.
 * ``moe/.../moe_perf``: ``moe`` m = num_tokens, k = hidden_size, n = inter_size, experts = num_experts, topk,
@@ -34,9 +34,9 @@ Tables -> rows of the one schema (:mod:`data.ops` conventions):
 * ``comm/nccl/<version>/nccl_perf``: ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``
   (``alltoall``) with n = message_size, gpus = num_gpus; ``nccl_dtype`` half -> float16 (NCCL's ``ncclHalf``; the
   bytes are a bfloat16's), int8 -> int8. ``message_size`` counts ELEMENTS: at 64M+ elements the half rows take
-  1.8-2.0x the int8 rows' time for all-gather / all-to-all on every GPU (2x the bytes), and the custom all-reduce
-  tables' bfloat16 rows take the time of NCCL's half all-reduce at the same size (both bandwidth-bound there). The
-  8-GPU H200 all-reduce is the exception at 1.5x (NVLink SHARP reduces half in the switch, int8 goes round the ring).
+  1.9-2.0x the int8 rows' time for all-gather on every GPU (2x the bytes; byte counts would give 1x), and the custom
+  all-reduce tables' bfloat16 rows take the time of NCCL's half all-reduce at the same size (both bandwidth-bound
+  there). Reductions over 8 GPUs are the exception (all-reduce 1.5x on the H200, 1.8x on the L40S).
 * ``comm/<framework>/<version>/custom_allreduce_perf``: ``all_reduce`` n = message_size (elements), gpus = num_gpus,
   dtype = allreduce_dtype; ``backend`` / ``kernel_source`` says whether it was replayed from a CUDA graph or called
   eagerly.
@@ -387,6 +387,11 @@ def _mapped(df: pd.DataFrame, column: str, mapping: dict, table: Table, report: 
     return out
 
 
+def _text(df: pd.DataFrame, column: str) -> pd.Series:
+    """A column as text; '' per row where the table has no such column (an optional one: kernel_source, ...)."""
+    return df[column].astype(str) if column in df.columns else pd.Series("", index=df.index, dtype=object)
+
+
 def _int(df: pd.DataFrame, column: str) -> np.ndarray:
     return pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float)
 
@@ -447,7 +452,7 @@ def _moe(df, table, report):
     balanced = df["distribution"].astype(str) == "balanced"
     for value, n in df.loc[~balanced, "distribution"].astype(str).value_counts().items():
         report.skip(what, f"routing {value!r}: the op models balanced routing", n)
-    nongated = df["kernel_source"].astype(str).str.contains("nongated").to_numpy() & balanced.to_numpy()
+    nongated = _text(df, "kernel_source").str.contains("nongated").to_numpy() & balanced.to_numpy()
     report.skip(what, "non-gated expert MLP: the op is a gated (SwiGLU) one", int(nongated.sum()))
     keep = balanced.to_numpy() & ~nongated
     dtype = pd.Series(np.nan, index=df.index, dtype=object)
@@ -489,7 +494,7 @@ def _nccl(df, table, report):
 
 def _custom_allreduce(df, table, report):
     dtype = _mapped(df, "allreduce_dtype", ALLREDUCE_DTYPES, table, report, "allreduce_dtype")
-    label = df["kernel_source"].astype(str).str.lower()
+    label = _text(df, "kernel_source").str.lower()
     if "backend" in df.columns:
         label = label + " " + df["backend"].astype(str).str.lower()
     out = pd.DataFrame(
