@@ -303,7 +303,7 @@ SFU_OPS_PER_SM_CLOCK = 16.0
 HARNESSES = ("back_to_back", "per_call", "library_loop", "cuda_graph")
 DEFAULT_HARNESS = "back_to_back"
 SOURCE_HARNESS = {"neusight": "per_call", "deepbench": "library_loop"}  # source name prefix -> harness
-TIMING_HARNESS = {"cuda_graph": "cuda_graph"}  # a row's timing_method (data.schema) -> harness
+TIMING_HARNESS = {"cuda_graph": "cuda_graph", "stream_loop": "back_to_back"}  # a row's timing_method -> harness
 # float32 convolution math of the software that measured a row. ``ieee``: the project's cuda backend (``fp32_math``)
 # and the H200 set. ``tf32``: PyTorch's defaults (``torch.backends.cudnn.allow_tf32`` is True, while
 # ``cuda.matmul.allow_tf32`` is False since 1.12), so cuDNN runs float32 convolutions on the TF32 tensor cores of a
