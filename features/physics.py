@@ -550,9 +550,8 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
 def link_of(spec: HardwareSpec) -> tuple[float, float, bool]:
     """``(bytes / s per GPU and direction, s per hop, over PCIe)`` of the spec's intra-node interconnect (its
     ``interconnect`` block: NVLink or PCIe); ``(0, 0, False)`` where the spec has none."""
-    link = getattr(spec, "interconnect", None) or spec.extra.get("interconnect") or {}
-    bw, lat = float(link.get("bandwidth_gbs") or 0.0) * 1e9, float(link.get("latency_us") or 0.0) * 1e-6
-    return bw, lat, str(link.get("kind", "")).lower().startswith("pcie")
+    kind = str(spec.interconnect.get("kind", "")).lower()
+    return spec.link_bandwidth_bytes_s, spec.link_latency_s or 0.0, kind.startswith("pcie")
 
 
 @functools.lru_cache(maxsize=1)

@@ -446,17 +446,17 @@ class _Kernels:
                 return f"{q.dim()}-d query"
             heads = q.shape[-3] if q.dim() >= 4 else 1
             batch = math.prod(q.shape[:-3]) if q.dim() >= 4 else q.shape[0]
-            return [
-                {
-                    "op": "sdpa",
-                    "batch": batch,
-                    "heads": heads,
-                    "seq_len": q.shape[-2],
-                    "head_dim": q.shape[-1],
-                    "causal": int(bool(b.get("is_causal"))),
-                    "kv_len": k.shape[-2],
-                }
-            ]
+            row = {
+                "op": "sdpa",
+                "batch": batch,
+                "heads": heads,
+                "seq_len": q.shape[-2],
+                "head_dim": q.shape[-1],
+                "causal": int(bool(b.get("is_causal"))),
+                "kv_len": k.shape[-2],
+                "num_kv_heads": k.shape[-3] if k.dim() >= 4 else 1,  # fewer than heads: grouped-query (enable_gqa)
+            }
+            return [row]
         if name == "embedding":
             w, ids = b["weight"], b["indices"]
             return [{"op": "embedding", "m": ids.numel(), "n": w.shape[1], "k": w.shape[0], "dtype": self.dtype([w])}]
