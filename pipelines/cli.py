@@ -616,6 +616,18 @@ def _add_calibrate(sub) -> None:
     p.set_defaults(func=calibrate)
 
 
+def _budget(text: str) -> int | float:
+    """``--budget``: an integer (a count) stays an int, a decimal (a fraction of the space up to 1.0) a float."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
 def _add_tune(sub) -> None:
     """The ``costmodel tune`` options; one left out takes its value from conf/tune.yaml (``pipelines.tune.cli``)."""
     p = sub.add_parser("tune", help="auto-tune a kernel: --space + --measure command, or replay a --cache")
@@ -623,7 +635,11 @@ def _add_tune(sub) -> None:
     src.add_argument("--space", help="tunables and their values (+ optional restrictions), .yaml or .json")
     src.add_argument("--cache", help="replay a Kernel Tuner cache (.json / .json.gz) as the measure function")
     p.add_argument("--measure", help="shell command: reads one config as JSON on stdin, prints its runtime in ms")
-    p.add_argument("--budget", type=float, help="measurements: a count, or a fraction of the space if < 1")
+    p.add_argument(
+        "--budget",
+        type=_budget,
+        help="measurements: a count (50), or a fraction of the space written with a decimal point (0.05; 1.0: all)",
+    )
     p.add_argument("--batch", type=int, help="configurations per round")
     p.add_argument("--strategy", help="thompson, ei, greedy or random")
     p.add_argument("--prior", help="measurements elsewhere (.csv/.json/.jsonl: tunables, runtime_ms[, hardware])")
