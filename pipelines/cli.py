@@ -6,6 +6,8 @@
     costmodel predict --model models:/costmodel-runtime@champion --input mlp.mlir --dim %arg0:0=1024 --hardware <id>
     costmodel predict --model models:/costmodel-runtime@champion --torch pkg.module:factory \
         --example-input 1x3x224x224 [--example-input int64:1x128 ...] [--dtype float16] --hardware <id>
+    costmodel predict --model models:/costmodel-runtime@champion --input w.csv --hardware-spec b200.yaml
+    costmodel predict --server http://127.0.0.1:5000 --input w.csv          # a running costmodel serve answers
     costmodel models [--name costmodel-runtime]
     costmodel tune --space space.yaml --measure "python bench.py" [--budget 50] [--batch 5] | --cache kt.json.gz
     costmodel serve --model models:/costmodel-runtime@champion [--host 127.0.0.1] [--port 5000]
@@ -31,9 +33,13 @@ total. Ops with no workload mapping are named on stderr in one ``costmodel: warn
 The total of a kernel model's .mlir / --torch output composes the kernels by ``--execution`` (eager, cuda_graph,
 compiled; ``models/compose.py``): runtime, and with a power model (``costmodel-power``) power and energy per
 inference; ``sum_runtime_ms`` is the plain sum of the kernels.
-``costmodel models`` prints registered names, versions, aliases and their held-out metrics.
+``--hardware-spec FILE_OR_DIR`` (predict, serve, calibrate) adds GPUs the model was not trained with from their
+spec files (``models/specs.py``). The model is read from its own artifacts by the lean loader (``models/loader.py``:
+a ``models:/`` URI resolved through MLflow once, then cached); ``--server URL`` (or ``$COSTMODEL_SERVER`` when no
+``--model`` is given) asks a running ``costmodel serve`` instead (``models/client.py``).
+``costmodel models`` prints registered names, versions, aliases, their held-out metrics and each champion decision.
 ``costmodel serve`` answers MLflow's scoring protocol (``POST /invocations``) with one-line error bodies
-(``pipelines/serve.py``).
+(``pipelines/serve.py``) and prints where it listens.
 
 The store: ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``./outputs/mlflow.db`` when it exists. Reading
 never creates a store: a sqlite file that does not exist is refused (one line naming it), and a ``models:/`` or
@@ -263,6 +269,8 @@ def _write(out, output: str | None, fmt: str) -> int:
 def predict(args) -> int:
     fmt = _output_format(args)
     _check_sources(args)
+    if not args.server and not args.model and os.environ.get("COSTMODEL_SERVER"):
+        args.server = os.environ["COSTMODEL_SERVER"]
     if args.server:
         return _write(_predict_remote(args), args.output, fmt)
     if not args.model:
@@ -671,8 +679,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--server",
         metavar="URL",
-        default=os.environ.get("COSTMODEL_SERVER") or None,
-        help="ask a running `costmodel serve` at URL instead of loading a model (default: $COSTMODEL_SERVER)",
+        help="ask a running `costmodel serve` at URL instead of loading a model (default without --model: "
+        "$COSTMODEL_SERVER)",
     )
     p.add_argument("--input", help="workloads as .csv, .jsonl, .json (array of records) or .mlir; - reads stdin")
     p.add_argument(
