@@ -5,18 +5,20 @@
 
 First prediction (one workload row, a fresh process each time, wall time from exec to exit, median of ``--repeats``):
 
-* ``mlflow pyfunc``: what the CLI did before the lean loader, as a script: MLflow imported, ``models.api.load_pyfunc``
-  (the store queried, the model loaded by MLflow), one row predicted and written as CSV: the baseline, measured now
-  on this machine;
+* ``before``: the CLI of the code before this change (``--baseline-root``: a checkout of it, e.g. ``git archive``
+  of the parent commit), else, as a script, what it did: MLflow imported, ``models.api.load_pyfunc`` (the store
+  queried, the model loaded by MLflow), one row predicted and written as CSV: the baseline, measured now on this
+  machine;
 * ``cli, uri resolved``: ``costmodel predict`` the first time after the alias moved (the lean loader resolves the URI
   through MLflow and caches the model's files: ``models/loader.py``);
 * ``cli, cached``: ``costmodel predict`` again: the cached files read by the lean loader, MLflow never imported;
 * ``cli --server``: ``costmodel predict --server URL`` against a running ``costmodel serve`` (pandas and a request).
 
 Throughput (``benchmarks/predict_throughput.py``'s own paths, same workloads): ``python api`` in process and ``rest
-costmodel`` at each batch size. Every figure is printed with its ratio to the baseline measured here where there is
-one, and to the figures issue 47 reported (``--reported-*``: what the project answered before this change, on the
-team's 2-core VM), as ``x faster``.
+costmodel`` at each batch size; with ``--baseline-root`` the same script of the baseline checkout is run first. Every
+figure is printed with its ratio to the baseline measured here where there is one (``x vs before``) and to the
+figures issue 47 reported (``--reported-*``: what the project answered before this change, on the team's 2-core
+VM), as ``x faster``. The machine's load average is printed with them: on a shared VM it moves every figure.
 """
 
 from __future__ import annotations
@@ -49,10 +51,10 @@ frame.join(load_pyfunc(uri).predict(frame)).to_csv(sys.stdout, index=False)
 """
 
 
-def wall(argv: list[str], env: dict) -> tuple[float, str]:
+def wall(argv: list[str], env: dict, cwd: Path = ROOT) -> tuple[float, str]:
     """Seconds from exec to exit of one process, and its stdout (it must succeed)."""
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])}...: exit {proc.returncode}: {proc.stderr[-2000:]}")
@@ -69,11 +71,17 @@ def forget(cache: Path) -> None:
 def first_prediction(args, env: dict, row_path: Path) -> dict[str, list[float]]:
     cli = [sys.executable, "-m", "pipelines.cli", "predict", "--model", args.model, "--tracking-uri", args.tracking_uri]
     cli += ["--input", str(row_path)]
-    out: dict[str, list[float]] = {"mlflow pyfunc": [], "cli, uri resolved": [], "cli, cached": []}
+    if args.baseline_root:
+        before = cli
+        before_env = {**env, "PYTHONPATH": str(args.baseline_root)}
+    else:
+        before = [sys.executable, "-c", BASELINE, args.model, args.tracking_uri, str(row_path)]
+        before_env = env
+    out: dict[str, list[float]] = {"before": [], "cli, uri resolved": [], "cli, cached": []}
     answers = set()
     for _ in range(args.repeats):
-        s, text = wall([sys.executable, "-c", BASELINE, args.model, args.tracking_uri, str(row_path)], env)
-        out["mlflow pyfunc"].append(s)
+        s, text = wall(before, before_env, cwd=args.baseline_root or ROOT)
+        out["before"].append(s)
         forget(row_path.parent)
         s, text = wall(cli, env)
         out["cli, uri resolved"].append(s)
@@ -83,6 +91,22 @@ def first_prediction(args, env: dict, row_path: Path) -> dict[str, list[float]]:
         answers.add(text)
     if len(answers) != 1:
         raise RuntimeError("the CLI answered differently from one call to the next")
+    return out
+
+
+def baseline_throughput(args, env: dict) -> dict[tuple[str, int], float]:
+    """``(path, batch) -> seconds per call`` of the baseline checkout's own ``predict_throughput.py``."""
+    argv = [sys.executable, str(args.baseline_root / "benchmarks" / "predict_throughput.py"), "--model", args.model]
+    argv += ["--tracking-uri", args.tracking_uri, "--repeats", str(args.repeats), "--min-time", str(args.min_time)]
+    argv += ["--batches", *map(str, args.batches)]
+    argv += ["--no-rest"] if args.no_rest else ["--servers", "costmodel"]
+    _, text = wall(argv, {**env, "PYTHONPATH": str(args.baseline_root)}, cwd=args.baseline_root)
+    out = {}
+    for line in text.splitlines():
+        for path in ("python api", "rest costmodel"):
+            if line.startswith(path):
+                batch, ms = line[len(path) :].split()[:2]
+                out[(path, int(batch))] = float(ms) / 1e3
     return out
 
 
@@ -97,6 +121,7 @@ def main() -> None:
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 100000])
     ap.add_argument("--no-rest", action="store_true", help="skip the server figures (first prediction and REST)")
+    ap.add_argument("--baseline-root", type=Path, help="a checkout of the code before (its CLI and throughput)")
     ap.add_argument("--reported-first-s", type=float, default=5.5, help="issue 47: every CLI call cost 5-6 s")
     ap.add_argument("--reported-batch1-ms", type=float, default=10.0, help="issue 47: 10 ms at batch 1 in process")
     ap.add_argument(
@@ -111,6 +136,7 @@ def main() -> None:
     row_path = Path(cache) / "row.csv"
     row_path.write_text(ROW)
     latency = first_prediction(args, env, row_path)
+    before = baseline_throughput(args, env) if args.baseline_root else {}
 
     from tests.servers import serve_costmodel
 
@@ -128,7 +154,7 @@ def main() -> None:
             latency["cli --server"] = [wall(server_cli, env)[0] for _ in range(args.repeats)]
             throughput += rest_figures(base, frames, "rest costmodel", args)
 
-    base = statistics.median(latency["mlflow pyfunc"])
+    base = statistics.median(latency["before"])
     print(f"model {args.model} @ {args.tracking_uri}; median of {args.repeats} repeats")
     print(f"machine {machine()}")
     print("first prediction: one row, a fresh process, exec to exit")
@@ -136,10 +162,12 @@ def main() -> None:
     for path, values in latency.items():
         med = statistics.median(values)
         print(f"{path:<22}{med:>10.2f}{min(values):>8.2f}{base / med:>15.2f}{args.reported_first_s / med:>15.2f}")
-    print(f"(reported: {args.reported_first_s} s a CLI call; baseline: the mlflow pyfunc path measured above)")
+    how = f"the CLI of {args.baseline_root}" if args.baseline_root else "the mlflow pyfunc path"
+    print(f"(reported: {args.reported_first_s} s a CLI call; before: {how}, measured above)")
     print("throughput")
-    print(f"{'path':<16}{'batch':>8}{'ms/call':>12}{'predictions/s':>16}{'x vs reported':>15}")
+    print(f"{'path':<16}{'batch':>8}{'ms/call':>12}{'predictions/s':>16}{'x vs before':>13}{'x vs reported':>15}")
     for path, b, s in throughput:
+        vs_before = before[(path, b)] / s if (path, b) in before else float("nan")
         reported = (
             args.reported_batch1_ms / (s * 1e3)
             if b == 1 and path == "python api"
@@ -149,7 +177,7 @@ def main() -> None:
             if b == 100000 and path == "rest costmodel"
             else float("nan")
         )
-        print(f"{path:<16}{b:>8}{s * 1e3:>12.3f}{b / s:>16.0f}{reported:>15.2f}")
+        print(f"{path:<16}{b:>8}{s * 1e3:>12.3f}{b / s:>16.0f}{vs_before:>13.2f}{reported:>15.2f}")
     print(
         f"(reported: {args.reported_batch1_ms} ms at batch 1 and {args.reported_inprocess:.0f} rows/s at 100k in "
         f"process, {args.reported_rest:.0f} rows/s over REST at 100k)"
