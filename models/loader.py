@@ -130,7 +130,13 @@ def store_stamp(tracking_uri: str | None, uri: str) -> list | None:
 
 
 def _key(tracking_uri: str, uri: str) -> str:
-    digest = hashlib.sha256(f"{tracking_uri}\n{uri}".encode()).digest()
+    """The cache entry of ``uri`` in a store: a sqlite store by its file's absolute path (a relative URI names
+    another file from another folder)."""
+    from models.api import sqlite_path
+
+    path = sqlite_path(tracking_uri)
+    store = f"sqlite:///{path.resolve()}" if path is not None else tracking_uri
+    digest = hashlib.sha256(f"{store}\n{uri}".encode()).digest()
     return base64.b32encode(digest).decode().rstrip("=").lower()[:26]
 
 

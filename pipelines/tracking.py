@@ -617,7 +617,7 @@ def _decide(
         return True, f"first version with alias @{alias}", {}
     same = all(current.tags.get(k) == split[k] for k in SPLIT_TAGS)
     rows = None
-    if heldout is None:
+    if heldout is None or heldout.empty:
         if not (same and f"test_{metric}" in current.tags):
             raise ValueError("no held-out rows to compare the challenger with a champion scored on another split")
         old_value, how = float(current.tags[f"test_{metric}"]), "stored tags, same held-out split"

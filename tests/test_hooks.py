@@ -120,6 +120,7 @@ def _measure(cands, target, shapes):
     return out
 
 
+@pytest.mark.timeout(1800)  # TVM's first tuning context parses every tensor intrinsic it ships (minutes under load)
 def test_tvm_meta_schedule_updates_and_asks_the_cost_model(cost_model, tiny_run, tmp_path):
     pytest.importorskip("tvm")
     from tvm.s_tir import meta_schedule as ms
@@ -129,7 +130,7 @@ def test_tvm_meta_schedule_updates_and_asks_the_cost_model(cost_model, tiny_run,
     cpu = next(s.id for s in cost_model.pyfunc.unwrap_python_model().registry if s.kind == "cpu")
     model = CostModelTVM(cost_model, hardware=cpu, min_fit=4)
     assert isinstance(model, ms.CostModel)  # a TVM object TVM's tuner takes as its cost_model
-    ctx, cands, target = _candidates(128, 96, 64, seeds=(1, 2, 3))
+    ctx, cands, target = _candidates(128, 96, 64, seeds=(1, 2))
     assert gemm_of(ctx.mod) == {"op": "matmul", "m": 128, "n": 96, "k": 64, "dtype": "float32"}
     estimate = model.estimate_ms(ctx)
     row = {"op": "matmul", "m": 128, "n": 96, "k": 64, "dtype": "float32", "hardware": cpu}

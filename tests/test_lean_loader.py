@@ -28,8 +28,9 @@ CSV = (
 )
 
 
-def _predict_in_fresh_process(*args):
-    """``costmodel predict <args>`` in a new interpreter: (exit status, stdout, whether MLflow was imported)."""
+def _predict_in_fresh_process(cache, *args):
+    """``costmodel predict <args>`` in a new interpreter with the model cache ``cache``: (exit status, stdout, whether
+    MLflow was imported, stderr)."""
     code = (
         "import json, sys\n"
         "from pipelines.cli import main\n"
@@ -39,7 +40,12 @@ def _predict_in_fresh_process(*args):
         "sys.exit(rc)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, "predict", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+        [sys.executable, "-c", code, "predict", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "COSTMODEL_CACHE_DIR": str(cache)},
     )
     return proc.returncode, proc.stdout, "MLFLOW_IMPORTED" in proc.stderr, proc.stderr
 
@@ -47,9 +53,9 @@ def _predict_in_fresh_process(*args):
 def test_lean_predictions_equal_the_pyfunc_and_a_cached_uri_imports_no_mlflow(tiny_run, tmp_path):
     (tmp_path / "w.csv").write_text(CSV)
     args = ("--model", MODEL, "--tracking-uri", tiny_run["uri"], "--input", str(tmp_path / "w.csv"))
-    rc, first, imported, err = _predict_in_fresh_process(*args)
+    rc, first, imported, err = _predict_in_fresh_process(tmp_path / "cache", *args)
     assert rc == 0 and imported, err  # the first call resolves the alias through MLflow and caches the files
-    rc, second, imported, err = _predict_in_fresh_process(*args)
+    rc, second, imported, err = _predict_in_fresh_process(tmp_path / "cache", *args)
     assert rc == 0 and not imported, err  # the second reads the cache: the model's own artifacts, no MLflow
     assert first == second
     lean = pd.read_csv(io.StringIO(second))

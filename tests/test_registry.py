@@ -300,7 +300,7 @@ def test_a_challenger_within_the_run_to_run_spread_keeps_the_alias(tiny_run, sto
     tags = client.get_model_version(NAME, d2.version).tags
     lo, hi = (float(v) for v in tags["champion_mape_difference"].split("[", 1)[1].rstrip("]").split(","))
     assert lo < 0 < hi  # the interval of the difference holds no change
-    assert float(tags["champion_mape"]) == pytest.approx(base, rel=1e-6)
+    assert float(tags["champion_mape"]) == pytest.approx(base, rel=1e-5)  # a tag: 6 significant digits
     assert str(client.get_model_version_by_alias(NAME, "champion").version) == str(d1.version)
     proc = run_cli("models", "--name", NAME, "--tracking-uri", store)
     assert proc.returncode == 0 and "not better beyond the run-to-run spread" in proc.stdout
