@@ -115,8 +115,10 @@ def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
     return m["name"], m["alias"], m["version"]
 
 
-def load_served(uri: str):
-    """The registered version behind ``uri`` and its served python model (``models.pyfunc.CostModelPyfunc``)."""
+def load_served(uri: str, hardware=None):
+    """The registered version behind ``uri`` and its served python model (``models.pyfunc.CostModelPyfunc``), with
+    the specs ``hardware`` (``models.specs.as_specs``) added to its registry: a GPU the model was not trained with,
+    logged with the calibrated version."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -129,6 +131,11 @@ def load_served(uri: str):
         inner = load_pyfunc(f"models:/{name}/{mv.version}").unwrap_python_model()
     except (MlflowException, OSError) as exc:
         raise CalibrationError(f"cannot load model {uri!r}: {str(exc).strip().splitlines()[0]}") from None
+    if hardware and hasattr(inner, "with_hardware"):
+        try:
+            inner.with_hardware(hardware)
+        except ValueError as exc:
+            raise CalibrationError(str(exc)) from None
     if not hasattr(inner, "model") or not callable(getattr(inner.model, "calibrate", None)):
         kind = getattr(getattr(inner, "model", None), "name", type(inner).__name__)
         raise CalibrationError(
