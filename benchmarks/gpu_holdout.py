@@ -364,6 +364,7 @@ def judge(args) -> int:
     from data.workloads import SHAPE_PARAMS
     from features.physics import measurement_settings
     from models.api import load_cost_model
+    from models.base import Calibratable
     from models.pyfunc import to_workloads
     from pipelines.calibrate import ensure_hardware, rank_workloads
 
@@ -385,7 +386,7 @@ def judge(args) -> int:
     inside = served["in_domain"].astype(bool).to_numpy() if "in_domain" in served else None
     X = inner.encoder.transform(to_workloads(inputs)[0])
     model = inner.model
-    for k in KS if hasattr(model, "calibrate") else ():
+    for k in KS if isinstance(model, Calibratable) else ():
         if k >= len(rows):
             continue
         preds, tests = [], []

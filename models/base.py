@@ -74,13 +74,13 @@ class Calibratable(Protocol):
     def calibrate(self, X_new: pd.DataFrame, y_new, hardware: str | None = None, method: str = "auto") -> CostModel: ...
 
 
-DOMAIN_COLUMNS = ("in_domain", "domain_distance", "domain_reason", "hardware_seen")
+PREDICT_DOMAIN_COLUMNS = ("in_domain", "domain_distance", "domain_reason", "hardware_seen")
 
 
 @runtime_checkable
 class HasDomain(Protocol):
     """A model that says where each prediction stands: ``predict_domain(X)`` is a frame with one row per row of ``X``
-    and at least the columns :data:`DOMAIN_COLUMNS` (``models.domain``), beside its prediction and interval."""
+    and at least the columns :data:`PREDICT_DOMAIN_COLUMNS` (``models.domain``), beside its prediction and interval."""
 
     def predict_domain(self, X: pd.DataFrame) -> pd.DataFrame: ...
 

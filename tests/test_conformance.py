@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from omegaconf import open_dict
 
-from models.base import DOMAIN_COLUMNS, Calibratable, CostModel, HasDomain, HasIntervals, load_model
+from models.base import PREDICT_DOMAIN_COLUMNS, Calibratable, CostModel, HasDomain, HasIntervals, load_model
 from tests.conftest import ROOT, SHARED
 
 MODEL_DIR = ROOT / "conf" / "model"
@@ -188,8 +188,7 @@ def case(tmp_path_factory):
 
 
 def _marks(name: str):
-    job = job_of(name)
-    return [pytest.mark.slow] if job == "networks" else [pytest.mark.shared_data] if job == "fpga" else []
+    return [pytest.mark.shared_data] if job_of(name) == "fpga" else []
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in MODELS])
@@ -215,7 +214,7 @@ def test_every_configured_model_honours_the_cost_model_contract(name, case, tmp_
     np.testing.assert_allclose(np.asarray(loaded.predict(c.X), float), pred, rtol=1e-6)
     if isinstance(model, HasDomain):
         dom = model.predict_domain(c.X)
-        assert len(dom) == len(pred) and set(DOMAIN_COLUMNS) <= set(dom.columns)
+        assert len(dom) == len(pred) and set(PREDICT_DOMAIN_COLUMNS) <= set(dom.columns)
     if isinstance(model, HasIntervals):
         p, lo, hi = model.predict_interval(c.X)
         np.testing.assert_allclose(p, pred, rtol=1e-12)

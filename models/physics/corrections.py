@@ -3,8 +3,8 @@ outside training (borrowed), and a new GPU's from a few of its measurements (:me
 
 A correction has one form: a scale of the launch floors, a log-bias of the kernel time (grid search), then boosted
 trees of the log kernel-time correction on the learner inputs. A GPU's rows are predicted as
-``floor_scale * floor + kernel * exp(g(x))``. docs/decisions/0007-per-gpu-corrections-and-borrowing.md,
-docs/decisions/0008-few-shot-calibration.md.
+``floor_scale * floor + kernel * exp(g(x))``. docs/decisions/0010-per-gpu-corrections-and-borrowing.md,
+docs/decisions/0011-few-shot-calibration.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import xgboost as xgb
 from features.physics import FEATURES, HARDWARE_IDENTITY, laws
 from models.domain import conformal
 from models.physics.floors import floor_groups_of, regime_index
-from models.physics.frame import architectures, hardware_keys, mode_keys, physics_frame
+from models.physics.frame import architectures, families_of, hardware_keys, mode_keys, physics_frame
 from models.physics.learner import train
 
 MIN_CALIBRATION_ROWS = 5
@@ -201,6 +201,8 @@ class HardwareCorrections:
                 if (c.get("origin") == "fit") != fit:
                     continue
                 m = (modes if fit else keys) == c["key"]
+                if "families" in c:  # a calibration kept for these op families only
+                    m &= np.isin(families_of(X), c["families"])
                 if m.any() and c.get("model") is not None:  # calibrated by a refit: that model's answer
                     floor[m], kernel[m], _ = c["model"]._parts(X[m])
                     which[m] = i
@@ -260,6 +262,9 @@ class HardwareCorrections:
           ``floor_scale * floor + kernel * exp(g(x))`` (floor and kernel: the model's answer without that GPU's own
           corrections, i.e. shared or borrowed from a measured sibling).
 
+        Never worse than the model's own answer: the new GPU's rows of an op family keep the calibration only where it
+        beats that answer out of fold on them (``families`` in the record; families of fewer than
+        :data:`MIN_CALIBRATION_ROWS` rows judged together); the out-of-fold answers are kept as ``calibration_oof_``.
         Other hardware is predicted exactly as before. The new GPU's interval comes from the out-of-fold errors.
         Raises ValueError (one line) for too few or bad rows, or a refit asked of a model that cannot refit.
         """
@@ -322,6 +327,23 @@ class HardwareCorrections:
                 )
             corr["method"] = "correction" if rounds >= 0 else "none"
         base_log = np.log(base_floor + base_kernel)
+        # never worse than the model's own answer: the new GPU's rows of an op family keep the correction only where
+        # it beats that answer out of fold on them; families of fewer than MIN_CALIBRATION_ROWS rows are judged
+        # together (and with all the rows where even together they are fewer)
+        families = families_of(X_new)
+        names, counts = np.unique(families, return_counts=True)
+        small = np.isin(families, names[counts < MIN_CALIBRATION_ROWS])
+        groups = [families == f for f in names[counts >= MIN_CALIBRATION_ROWS]]
+        groups.append(small if small.sum() >= MIN_CALIBRATION_ROWS else np.ones(len(families), bool) & small)
+        kept = []
+        for g in groups:
+            judged = g if g.sum() >= MIN_CALIBRATION_ROWS else np.ones(len(families), bool)
+            if g.any() and mape(oof[judged], logy[judged]) < mape(base_log[judged], logy[judged]):
+                kept += [str(f) for f in np.unique(families[g])]
+        if corr["method"] != "none":
+            corr["families"] = kept
+            oof = np.where(np.isin(families, kept), oof, base_log)
+        new.calibration_oof_ = pd.DataFrame({"family": families, "before": base_log, "after": oof, "measured": logy})
         corr.update(
             key=key,
             hardware=hardware or key,

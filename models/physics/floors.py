@@ -11,7 +11,7 @@ A floor is the intercept of runtime against physics time over a hardware's faste
 over hardware), where a kernel shows it. What no training row shows comes from priors in ``conf/physics.yaml``
 (``floors``): the launch ratios between families (:data:`GRAPH_FLOORS_MS`), between harnesses
 (:data:`OVER_PER_CALL`) and of ``linear``'s host path over a GEMM's (:data:`FLOOR_OP_PRIOR`).
-docs/decisions/0004-launch-floors-per-harness.md.
+docs/decisions/0007-launch-floors-per-harness.md.
 """
 
 from __future__ import annotations
