@@ -232,3 +232,23 @@ def test_the_suite_covers_every_configured_model():
     """Each conf/model entry is one case, and each job kind has a way to make its data."""
     assert len(MODELS) >= 20 and {job_of(n) for n in MODELS} == {"run", "power", "networks", "fpga"}
     assert job_of("physics") == "run" and job_of("gnn_residual") == "networks" and job_of("hurdle") == "fpga"
+
+
+def test_bad_parameters_are_stored_by_init_and_refused_by_fit_in_one_line():
+    """scikit-learn's rule: ``__init__`` stores whatever it is given (a search may set it later), ``fit`` refuses a
+    bad value with one line naming it."""
+    from models.gnn import GNNModel, ResidualGNNModel
+    from models.physics import PhysicsModel
+    from models.power import PowerSurrogate
+
+    c = kernel_case("power_xgb", "power")
+    for model, X, y, message in [
+        (PowerSurrogate(kind="bogus"), c.X, c.y, "unknown power model kind 'bogus'"),
+        (PhysicsModel(learner="forest"), kernel_case("physics", "run").X, c.y[:, 0], "unknown learner 'forest'"),
+        (GNNModel(conv="gcn"), [], [], "conv must be 'sage' or 'gatv2', got 'gcn'"),
+        (ResidualGNNModel(hidden=10, heads=4), [], [], "hidden 10 must be a multiple of heads 4"),
+    ]:
+        assert model.get_params() == type(model)(**model.get_params()).get_params()
+        with pytest.raises(ValueError, match=message) as caught:
+            model.fit(X, y)
+        assert "\n" not in str(caught.value)
