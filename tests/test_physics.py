@@ -459,48 +459,6 @@ def test_save_load_round_trip(tmp_path):
         pd.testing.assert_frame_equal(loaded.predict_domain(X), m.predict_domain(X))
 
 
-def test_an_artifact_saved_before_the_per_family_bound_loads_with_one_bound(tmp_path):
-    import json
-
-    path = fitted().save(tmp_path / "old")
-    state = json.loads((path / "physics.json").read_text())
-    del state["bounds"]
-    (path / "physics.json").write_text(json.dumps(state))
-    loaded = load_model(path)
-    assert loaded.e_max_gemm == loaded.e_max == 4.0
-    assert load_model(fitted().save(tmp_path / "new")).e_max_gemm == 1.25
-
-
-def test_an_artifact_saved_before_the_library_loop_harness_loads_with_its_floor(tmp_path):
-    """Before DeepBench's library loop was a harness of its own it was timed ``back_to_back``: an old artifact's
-    floors load with that table for it."""
-    import json
-
-    path = fitted().save(tmp_path / "old")
-    state = json.loads((path / "physics.json").read_text())
-    del state["floors"]["library_loop"]
-    (path / "physics.json").write_text(json.dumps(state))
-    loaded = load_model(path)
-    assert loaded.floors_["library_loop"] == loaded.floors_["back_to_back"]
-
-
-def test_an_artifact_saved_before_the_cuda_graph_harness_loads_with_the_priors_floor(tmp_path):
-    """Before a CUDA graph's replay was a harness of its own an artifact has no floor for it: it gets the measured
-    graph floors, as a model fitted today without graph-timed rows does."""
-    import json
-
-    from models.physics import GRAPH_FLOORS_MS
-
-    model = fitted()
-    path = model.save(tmp_path / "old")
-    state = json.loads((path / "physics.json").read_text())
-    del state["floors"]["cuda_graph"]
-    (path / "physics.json").write_text(json.dumps(state))
-    loaded = load_model(path)
-    assert loaded.floors_["cuda_graph"] == GRAPH_FLOORS_MS == model.floors_["cuda_graph"]
-    assert loaded.floors_["back_to_back"] == model.floors_["back_to_back"]
-
-
 def test_fit_on_descriptions_equals_fit_on_frame():
     rows = small_rows().head(300)
     y = rows["runtime_ms"].to_numpy()
@@ -841,12 +799,12 @@ def test_a_gemms_efficiency_does_not_read_bytes_over_l2():
     np.testing.assert_array_equal(model.efficiency(small), model.efficiency(large))
     column = FEATURES.index("log2_bytes_over_l2")
     assert np.all(model._inputs(large)[:, column] == 0)
-    reads = PhysicsModel(**FAST, gemm_bytes_over_l2=True)
-    assert np.all(reads._inputs(large)[:, column] == 12.0)
+    y = small_rows()["runtime_ms"].to_numpy()
+    reads = PhysicsModel(**FAST, gemm_bytes_over_l2=True).fit(X, y)
+    assert reads.gemm_l2_masked_ is False and np.all(reads._inputs(large)[:, column] == 12.0)
     assert np.all(large["log2_bytes_over_l2"] == 12.0)  # the frame itself is left as it was
     # a model that never saw a GEMM predicts them as the convolutions it knows, which read the ratio
     no_gemm = (X["family_gemm"] == 0).to_numpy()
-    y = small_rows()["runtime_ms"].to_numpy()
     never = PhysicsModel(**FAST).fit(X[no_gemm].reset_index(drop=True), y[no_gemm])
     assert model.gemm_l2_masked_ is True and never.gemm_l2_masked_ is False
     assert np.all(never._inputs(large)[:, column] == 12.0)
