@@ -44,7 +44,8 @@ Conventions (one for every source; importers map theirs onto these):
   projections [2n, k], down [k, n]: SwiGLU), each token routed to ``topk`` experts; optional ``tp`` (default 1:
   each expert's ``n`` split over ``tp`` GPUs) and ``ep`` (default 1: the experts split over ``ep`` GPUs). The GPU
   runs ``A = ceil(m topk / ep)`` token-expert assignments (balanced routing) through its ``experts / ep`` local
-  experts of ``n / tp``: ``6 A k n / tp`` FLOPs, the weights of the ``min(experts / ep, A)`` experts touched
+  experts of ``n / tp``: ``6 A k n / tp`` FLOPs, the weights of the experts those assignments reach at random
+  (:func:`experts_touched`)
 * collectives over ``gpus`` GPUs of one node, ``n`` elements of the row's dtype: ``all_reduce`` ([n] in, [n] out),
   ``all_gather`` ([n / gpus] in, [n] out), ``reduce_scatter`` ([n] in, [n / gpus] out), ``all_to_all`` ([n] in,
   [n] out); ``wire`` = what a ring moves per GPU: ``2 (g - 1) / g n`` for an all-reduce, ``(g - 1) / g n`` else
@@ -409,12 +410,22 @@ def _sdpa(p, dtype, device, kv_dtype=None):
     return sdpa, (q, k, v), ()
 
 
+def experts_touched(local, assignments):
+    """The experts ``assignments`` token-expert pairs routed uniformly at random over ``local`` experts reach, on
+    average: ``local (1 - (1 - 1 / local)^assignments)``, rounded (a decode step's few tokens read few experts'
+    weights; a long prefill reads them all)."""
+    local, assignments = np.asarray(local, float), np.asarray(assignments, float)
+    with np.errstate(divide="ignore"):
+        reach = -local * np.expm1(assignments * np.log1p(-1.0 / local))
+    return np.maximum(1.0, np.round(np.where(local > 1, reach, 1.0)))
+
+
 def _moe_sizes(p):
     """``(local experts, local intermediate size, assignments on this GPU, experts touched)`` of a ``moe`` row."""
     experts, ep, tp = p["experts"], p.get("ep", 1), p.get("tp", 1)
     local, inter = experts // ep, p["n"] // tp
     assignments = _ceil(p["m"] * p["topk"], ep)
-    return local, inter, assignments, min(local, assignments)
+    return local, inter, assignments, int(experts_touched(local, assignments))
 
 
 def _unpack_int4(w: torch.Tensor, cols: int, dtype: torch.dtype) -> torch.Tensor:
@@ -650,7 +661,7 @@ def sdpa_gemm(p):
 def _moe_arrays(p):
     local, inter = p["experts"] / p["ep"], p["n"] / p["tp"]
     assignments = np.ceil(p["m"] * p["topk"] / p["ep"])
-    return local, inter, assignments, np.minimum(local, assignments)
+    return local, inter, assignments, experts_touched(local, assignments)
 
 
 def _moe_flops(p):
