@@ -39,6 +39,11 @@ layout, ``features.physics.layout_of``) and adds ``in_domain``
 ``domain_reason`` (the largest contributor, e.g. ``hw_log2_peak_flops +1.78``; ``models.domain``); an MLIR row is
 inside only if every kernel is.
 
+A runtime kernel model also answers LLM requests: rows with an ``llm_config`` column (a Hugging Face config.json as
+JSON text, ``hardware``, ``tp``, ``batch``, ``isl``, ``osl``, optional ``ep``, ``dtype``, ``kv_dtype``) get one row
+of serving figures each (``models.llm_api.llm_rows``: TTFT, TPOT, memory, throughput; ``docs/llm.md``), its kernels
+costed by this model.
+
 Bad input (unknown hardware, unknown op, a missing or invalid shape, MLIR that is not text) raises an
 ``MlflowException`` with error code ``INVALID_PARAMETER_VALUE`` whose message is the encoder's one line naming the
 row: a scoring server answers those with HTTP 400 (``costmodel serve`` with that line as the whole message), the CLI
@@ -76,6 +81,8 @@ from models.conformal import bounded_interval, halfwidths
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundled with every logged model
+# the configs an LLM request reads (models/llm.py, models/compose.py), bundled beside them as code/conf/
+CODE_CONFIGS = ("llm.yaml", "execution.yaml")
 INPUT_ERROR_PREFIX = "invalid workload: "
 MESSAGE_CHARS = 600  # an error line's length limit (a message may list the known ops or hardware ids)
 COMBINE = ("sum", "max", "time_weighted")
@@ -186,6 +193,8 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         target, meta = self.meta["target"], self.meta
         df = pd.DataFrame(model_input).reset_index(drop=True)
+        if "llm_config" in df.columns and meta["unit"] == "kernel" and "runtime_ms" in target["columns"]:
+            return self._predict_llm(df)
         network = df.pop("network") if "network" in df.columns else None
         try:
             if meta["unit"] == "network":
@@ -232,6 +241,22 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
             for c, v in totals.items():
                 out[f"network_{c}"] = v
         return out[output_columns(target) + (list(DOMAIN_COLUMNS) if domain is not None else [])]
+
+    def _predict_llm(self, df: pd.DataFrame) -> pd.DataFrame:
+        """LLM requests (a row per request with ``llm_config``): ``models.llm_api.llm_rows`` over this model's own
+        kernel predictions; a bad request is one line (HTTP 400)."""
+        from models.llm_api import llm_rows
+
+        def kernels(frame: pd.DataFrame) -> pd.DataFrame:
+            try:
+                return self.predict(None, frame)
+            except MlflowException as exc:
+                raise ValueError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
+
+        try:
+            return llm_rows(df, kernels, self.registry)
+        except ValueError as exc:
+            raise input_error(str(exc)) from None
 
     def _hardware_ids(self, names: pd.Series) -> np.ndarray:
         """The registry id of each row's hardware name, resolved once per distinct name."""
@@ -338,10 +363,15 @@ def write_artifacts(directory: Path, model: CostModel, registry: HardwareRegistr
 
 
 def code_paths(directory: Path) -> list[str]:
-    """Copies of the project packages the pyfunc imports (no caches), for ``log_model(code_paths=...)``."""
+    """Copies of the project packages the pyfunc imports (no caches) and of the configs they read at predict time
+    (``conf/``: :data:`CODE_CONFIGS`), for ``log_model(code_paths=...)``."""
     paths = []
     for pkg in CODE_PACKAGES:
         dest = directory / pkg
         shutil.copytree(ROOT / pkg, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
         paths.append(str(dest))
-    return paths
+    conf = directory / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    for name in CODE_CONFIGS:
+        shutil.copy2(ROOT / "conf" / name, conf / name)
+    return [*paths, str(conf)]
