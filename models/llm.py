@@ -42,24 +42,29 @@ a dtype its hardware snapshot has no rate for) is costed by the roofline and mar
 ``conf/execution.yaml``): a decode-only step as a CUDA-graph replay, a step with prefill tokens eager
 (``conf/llm.yaml`` ``execution``); with a power model, its power and energy.
 
-**The serving law** (:func:`plan`, :func:`serve`; ``docs/decisions/0001-llm-serving-law.md``): a fixed concurrency
-``C`` of closed-loop clients, ``isl`` tokens in and ``osl`` out, on an engine with continuous batching and chunked
-prefill (a step holds at most ``token_budget`` tokens: the running sequences' decode tokens first, then prefill).
-At most ``R = min(C, max_concurrency)`` requests run; requests are admitted in groups of ``g = min(R, P // isl)``
-whole prompts (``P``: the step's prefill budget; a prompt longer than ``P`` is one request prefilled in ``P``-token
-chunks); the clients start together and, with fixed lengths, a group finishes and comes back together, so the
-steady state keeps the groups. While one group prefills (``n_c`` mixed steps), the others decode. A request's
-``osl - 1`` decode steps hold the other ``G - 1`` groups' ``(G - 1) n_c`` mixed steps:
+**The serving law** (:func:`plan`, :func:`serve`; ``docs/decisions/0001-llm-serving-law.md``): ``C`` closed-loop
+clients, ``isl`` tokens in and ``osl`` out, on an engine with continuous batching and chunked prefill (a step holds
+at most ``token_budget`` tokens: the running sequences' decode tokens first, then prefill, ``P`` tokens of it).
+``R`` requests run: all ``C`` on a paged KV cache (vLLM, SGLang: they preempt when it fills), at most the memory fit
+on an engine that reserves a request's whole cache (TensorRT-LLM: the others queue). A prompt longer than ``P`` is
+prefilled in ``n_c`` chunks; shorter ones share a step, ``g = min(R, P // isl)`` at a time.
 
-* decode-bound (``(G - 1) n_c <= osl - 1``): ``TPOT = [(osl - 1 - m) s_dec(R) + (G - 1) S_pref] / (osl - 1)``,
-  ``TTFT = S_pref + s/2`` (the step in flight when the group arrives);
-* prefill-bound (more prefill steps than decode steps): every step is mixed, ``g / n_c`` requests finish per step,
-  ``D = g (osl - 1) / n_c`` sequences decode beside each chunk, ``TPOT = s_mix(D)``, and a request waits
-  ``G n_c - n_c - (osl - 1)`` steps for its prefill (Little's law over the cycle);
-* above the memory fit (``C > R``) the extra clients queue: ``TTFT += (C / R - 1) x`` a request's lifetime.
+* TPOT: a request's ``osl - 1`` decode steps hold the other groups' prefills, ``m = (G - 1) n_c`` mixed steps
+  (``G = R / g`` groups): ``TPOT = [(osl - 1 - m) s_dec(R) + (G - 1) S_pref] / (osl - 1)`` (``S_pref``: a group's
+  ``n_c`` mixed steps; the prefill work is the same however it is grouped, the GEMMs being compute-bound at a
+  prompt's tokens). With more prefill steps than decode steps (prefill-bound) every step is mixed,
+  ``D = g (osl - 1) / n_c`` sequences decode beside each chunk, ``TPOT = s_mix(D)``.
+* TTFT, steady state: a prompt arrives alone and runs in the next step beside the others' decodes,
+  ``TTFT = S_one + TPOT / 2`` (the step in flight); prefill-bound, it also waits ``G n_c - n_c - (osl - 1)`` steps
+  (Little's law over the cycle). A benchmark's first wave (``requests_per_client`` requests per client, all
+  clients starting at once) prefills in groups one after another, a mean of ``S_pref (G + 1) / 2``, weighted
+  ``1 / requests_per_client``. Above the memory fit the extra clients queue: ``TTFT += (C / R - 1) x`` a request's
+  lifetime.
+* Every step also costs the engine's host time per sequence (``host_ms_per_request``: scheduling, sampling,
+  detokenising).
 
-Throughput per GPU = requests per second x ``osl`` / ``tp``; energy per output token = mean power x ``tp`` /
-output tokens per second.
+Throughput per GPU = requests per second x ``osl`` / ``tp``; energy per output token = the steps' time-weighted
+power / output tokens per second per GPU.
 """
 
 from __future__ import annotations
@@ -1079,7 +1084,7 @@ def _domain_reason(far: pd.DataFrame, most: int = 4) -> str:
         note = next((n for n in sub["note"] if n), "")
         parts.append(f"{name} ({'roofline: ' if by == 'roofline' else ''}{note[:80] or 'outside'})")
     more = f"; {len(parts) - most} more kernels" if len(parts) > most else ""
-    return f"{len(parts)} kernels outside: " + "; ".join(parts[:most]) + more
+    return f"{len(parts)} kernels outside the kernel model's training domain: " + "; ".join(parts[:most]) + more
 
 
 def _notes(summary: dict, p: Plan) -> list[str]:

@@ -228,8 +228,7 @@ def report_text(res: LLMPrediction) -> str:
     dom = s["in_domain"]
     lines.append(
         "  domain                   "
-        + ("inside the kernel model's training domain" if dom else f"{'unknown' if dom is None else 'outside'}: ")
-        + ("" if dom else s["domain_reason"])
+        + ("every kernel inside the kernel model's training domain" if dom else s["domain_reason"])
     )
     lines.append("decode step as the context grows:")
     for r in res.decode_curve.itertuples(index=False):

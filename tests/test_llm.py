@@ -556,3 +556,26 @@ def test_silicon_rows_and_their_metrics():
     assert m["all"]["ttft_ms.mape"] == pytest.approx(10) and m["all"]["tpot_ms.mape"] == pytest.approx(20)
     assert m["all"]["tpot_ms.covered"] == 1.0 and m["tp:8"]["n"] == (rows["tp_size"] == 8).sum()
     assert isinstance(Plan, type)
+
+
+def test_a_power_model_gives_power_and_energy_per_output_token(roofline):
+    def power(frame):  # a toy power model: every kernel at 400 W
+        t = np.full(len(frame), 0.01)
+        return pd.DataFrame(
+            {
+                "runtime_ms": t,
+                "runtime_ms_lo": t,
+                "runtime_ms_hi": t,
+                "power_w": 400.0,
+                "power_w_lo": 350.0,
+                "power_w_hi": 450.0,
+            }
+        )
+
+    cfg = parse_config(BIG)
+    s = predict_llm(
+        cfg, "H200-SXM", roofline, power=PredictCoster(power, "toy power"), tp=4, batch=16, isl=1024, osl=256
+    ).summary
+    assert s["power_w_per_gpu"] > 132  # above the H200's static power: the kernels' dynamic energy on top
+    assert s["energy_per_token_j"] == pytest.approx(s["power_w_per_gpu"] / s["tokens_per_s_per_gpu"])
+    assert "power_w_per_gpu" not in serve_it(BIG, roofline, tp=4, batch=16)
