@@ -563,15 +563,14 @@ class KernelCoster:
 
 def link_of(spec, conf: dict) -> tuple[float, float, str]:
     """``(bytes/s one direction, latency s, source)`` of a GPU's link to its peers: the spec's own ``interconnect``
-    figures where it has them, else ``conf/llm.yaml`` ``links`` by architecture (an assumption named as one)."""
+    (``bandwidth_gbs``, ``latency_us``) where it has one, else ``conf/llm.yaml`` ``links`` by architecture (an
+    assumption named as one)."""
     own = spec.extra.get("interconnect") if isinstance(spec.extra, dict) else None
-    if isinstance(own, dict):
-        bw = own.get("bandwidth_gbs") or own.get("link_bandwidth_gbs") or own.get("nvlink_bandwidth_gbs")
-        lat = own.get("latency_us", own.get("link_latency_us"))
-        if bw:
-            return float(bw) * 1e9, float(lat if lat is not None else 10.0) * 1e-6, f"{spec.id}: interconnect"
     links = conf["links"]
     link = links.get(spec.architecture or "", links["default"])
+    if isinstance(own, dict) and own.get("bandwidth_gbs"):
+        lat = own.get("latency_us", link["latency_us"])
+        return float(own["bandwidth_gbs"]) * 1e9, float(lat) * 1e-6, f"{spec.id}: interconnect"
     return float(link["bandwidth_gbs"]) * 1e9, float(link["latency_us"]) * 1e-6, " ".join(str(link["source"]).split())
 
 
@@ -604,8 +603,7 @@ class RooflineCoster(KernelCoster):
         coll = np.array([OPS[o].wire is not None for o in ops])
         if coll.any():
             bw, lat, _ = link_of(spec, self.conf)
-            sub = kernels[coll]
-            for op in pd.unique(sub["op"]):
+            for op in pd.unique(ops[coll]):
                 rows = np.flatnonzero(coll & (ops == op))
                 p = with_defaults(op, {c: kernels[c].to_numpy(float)[rows] for c in OPS[op].names})
                 wire = OPS[op].wire(p) * np.array([itemsize(dt) for dt in dtypes[rows]])
@@ -675,7 +673,7 @@ class Plan:
     """What the serving law needs to know about one (model, layout, C, isl, osl): see the module docstring."""
 
     concurrency: int  # C
-    running: int  # R = min(C, max_concurrency)
+    running: int  # R: min(C, max_concurrency) where the excess queues, else C
     group: int  # g: requests admitted (and prefilled) together
     groups: int  # G = ceil(R / g)
     chunks: tuple[tuple[int, int], ...]  # a request's prefill chunks: (tokens, prefix)
@@ -1002,29 +1000,6 @@ def predict_llm(
     conf = conf or load_conf()
     pr = prepare(cfg, hardware, registry=registry, conf=conf, **request)
     return finish(pr, compose_steps(pr, price([pr], coster, power)[0], registry, conf), coster, conf)
-
-
-def predict_many(
-    requests: list[tuple[LLMConfig, str, dict]],
-    coster: KernelCoster,
-    power=None,
-    registry=None,
-    conf: dict | None = None,
-) -> list[LLMPrediction | LLMError]:
-    """:func:`predict_llm` of many ``(cfg, hardware, request)``, their kernels costed together (:func:`price`); a
-    request that cannot be costed gives its :class:`LLMError` in its place."""
-    conf = conf or load_conf()
-    out: list = []
-    ready: list[tuple[int, Prepared]] = []
-    for cfg, hw, req in requests:
-        try:
-            ready.append((len(out), prepare(cfg, hw, registry=registry, conf=conf, **req)))
-            out.append(None)
-        except LLMError as exc:
-            out.append(exc)
-    for (i, pr), allk in zip(ready, price([pr for _, pr in ready], coster, power)):
-        out[i] = finish(pr, compose_steps(pr, allk, registry, conf), coster, conf)
-    return out
 
 
 def _summary(pr: Prepared, laws, coster, allk) -> dict:

@@ -69,23 +69,14 @@ def _load(model, tracking_uri: str | None):
         if not hasattr(model, "predict"):
             raise LLMError(f"model must be a model URI, {ROOFLINE!r} or have predict(), got {type(model).__name__}")
         return model
-    import os
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    import mlflow
     from mlflow.exceptions import MlflowException
 
-    from models.api import existing_store, load_pyfunc
+    from models.api import load_cost_model
 
-    if tracking_uri:
-        try:
-            existing_store(tracking_uri)
-        except ValueError as exc:
-            raise LLMError(str(exc)) from None
-        mlflow.set_tracking_uri(tracking_uri)
-        mlflow.set_registry_uri(tracking_uri)
     try:
-        return load_pyfunc(model)
+        return load_cost_model(model, tracking_uri=tracking_uri).pyfunc
+    except ValueError as exc:  # a store that does not exist
+        raise LLMError(str(exc)) from None
     except (MlflowException, OSError) as exc:
         line = " ".join(str(exc).strip().splitlines()[0].split())[:200] if str(exc).strip() else type(exc).__name__
         raise LLMError(f"cannot load model {model!r}: {line}") from None
@@ -96,37 +87,19 @@ def predict_llm_config(
     hardware: str,
     model="models:/costmodel-runtime@champion",
     *,
-    tp: int = 1,
-    ep: int = 1,
-    dtype: str | None = None,
-    kv_dtype: str | None = None,
-    batch: int = 1,
-    isl: int = 1024,
-    osl: int = 128,
     power_model=None,
     tracking_uri: str | None = None,
     name: str | None = None,
+    **request,
 ) -> LLMPrediction:
-    """``config`` (a config.json path, its JSON text or a dict) served on ``tp`` GPUs of ``hardware`` at ``batch``
-    concurrent requests of ``isl`` / ``osl`` tokens, costed with ``model`` (module docstring)."""
+    """``config`` (a config.json path, its JSON text or a dict) served on ``hardware`` (``request``: ``tp``, ``ep``,
+    ``dtype``, ``kv_dtype``, ``batch``, ``isl``, ``osl``, ``kv_reserve``: ``models.llm.prepare``), costed with
+    ``model`` (module docstring)."""
     cfg = load_config(config, name)
     coster = kernel_coster(model, tracking_uri)
     power = kernel_coster(power_model, tracking_uri) if power_model is not None else None
     registry = getattr(getattr(coster, "fallback", None), "registry", None) or getattr(coster, "registry", None)
-    return predict_llm(
-        cfg,
-        hardware,
-        coster,
-        tp=tp,
-        ep=ep,
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        batch=batch,
-        isl=isl,
-        osl=osl,
-        power=power,
-        registry=registry,
-    )
+    return predict_llm(cfg, hardware, coster, power=power, registry=registry, **request)
 
 
 def _int_cell(row: Mapping, key: str, default: int | None, i: int) -> int:

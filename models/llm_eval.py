@@ -6,7 +6,8 @@ on H200 nodes at a fixed concurrency, ISL / OSL, TP, with measured ``silicon_ttf
 aggregated mode, the dense models the dataset config maps to a Hugging Face config. Each row is costed by
 :func:`models.llm.predict_llm` twice, on the same composition and serving law: with the kernel model (the physics
 model fitted here on the shipped pack, or a registered model) and with the plain spec roofline (the baseline).
-Metrics per scope (``all``, ``model:<path>``, ``tp:<n>``, ``concurrency:<bucket>``, ``backend:<name>``):
+Metrics per scope (``all``, ``hardware:<id>``, ``model:<name>``, ``tp:<n>``, ``backend:<name>``,
+``concurrency:<bucket>``):
 ``ttft_ms.mape``, ``tpot_ms.mape`` (and medians, the share of rows inside the interval, ``n``), logged under
 ``<split>/<scope>/<metric>``; the table is written to ``<out>/public_eval/<table>.md``.
 """
@@ -34,7 +35,6 @@ from models.llm import (
 SPLIT = "llm_serving"
 TARGETS = ("ttft_ms", "tpot_ms")
 MEASURED = {"ttft_ms": "silicon_ttft_ms", "tpot_ms": "silicon_tpot_ms"}
-HARDWARE = {"h200_sxm": "H200-SXM"}  # the rows' system -> the hardware registry's id
 
 
 def default_root() -> Path:
@@ -62,6 +62,7 @@ def load_silicon(data_root=None, ds=None) -> pd.DataFrame:
     rows["dtype"] = rows["gemm_quant_mode"].map(quant)
     rows["kv_dtype"] = rows["backend"].map(dict(ds.kv_dtype)).fillna("")
     rows["kv_reserve"] = rows["backend"].map(dict(ds.get("kv_reserve") or {})).fillna("")
+    rows["hardware"] = rows["system"].map(dict(ds.get("systems") or {})).fillna(rows["system"])
     for c in ("batch_size", "tp_size", "isl", "osl"):
         rows[c] = rows[c].astype(int)
     rows = rows.sort_values(["model_path", "backend", "tp_size", "isl", "osl", "batch_size"]).reset_index(drop=True)
@@ -88,7 +89,7 @@ def compose_rows(rows: pd.DataFrame, coster, registry=None, conf=None) -> list:
         try:
             pr = prepare(
                 configs[r.config],
-                HARDWARE.get(r.system, r.system),
+                r.hardware,
                 tp=int(r.tp_size),
                 dtype=r.dtype,
                 kv_dtype=r.kv_dtype or None,
@@ -165,7 +166,8 @@ def fit_law(rows: pd.DataFrame, coster, registry=None, conf=None, grid=None) -> 
 def _scopes(rows: pd.DataFrame, buckets) -> list[tuple[str, np.ndarray]]:
     out = [("all", np.ones(len(rows), bool))]
     short = rows["model_path"].str.rsplit("/", n=1).str[-1]  # a scope name holds no "/" (the metric key's separator)
-    for values, name in ((short, "model"), (rows["tp_size"], "tp"), (rows["backend"], "backend")):
+    scoped = ((rows["hardware"], "hardware"), (short, "model"), (rows["tp_size"], "tp"), (rows["backend"], "backend"))
+    for values, name in scoped:
         for v in sorted(set(values)):
             out.append((f"{name}:{v}", (values == v).to_numpy()))
     if len(buckets):
@@ -265,7 +267,7 @@ def evaluate_llm_serving(ds, seed: int, rows, registry, models: dict, out_dir) -
         m = metrics(rows, pred, ds.buckets)
         both = rows.reset_index(drop=True).join(pred.add_prefix("pred_"))
         y, p = rows["silicon_tpot_ms"].to_numpy(float), pred["tpot_ms"].to_numpy(float)
-        r = record(SPLIT, c.name, m, rows.assign(hardware="H200-SXM"), y, p, time.perf_counter() - t0, kind="llm")
+        r = record(SPLIT, c.name, m, rows, y, p, time.perf_counter() - t0, kind="llm")
         r["files"] = _files(both)
         records.append(r)
     table = out / f"{ds.get('table') or SPLIT}.md"
