@@ -59,16 +59,20 @@ transposes there), else A and B as stored row-major (``matmul``, ``bmm``); ``lin
 
 from __future__ import annotations
 
+import functools
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from data.costs import costs, echo, with_defaults
 from data.hardware import HardwareRegistry, HardwareSpec
-from data.ops import OPS, SHAPE_PARAMS
+from data.ops import DTYPE_INFO, OPS, SHAPE_PARAMS, itemsize
 from features.tabular import DTYPE_BYTES, FeatureError, TabularFeaturizer, kv_dtypes_of
 
+LAWS_PATH = Path(__file__).resolve().parent.parent / "conf" / "physics.yaml"
 TILES = (
     (256, 128),
     (128, 256),
@@ -104,20 +108,24 @@ MIN_K_PER_SPLIT = 64  # a K slice shorter than this is not worth a split (the li
 # the split on all 14 GPU series (NeuSight's four 0.78 / 0.62 / 0.58 / 0.62 -> 0.73 / 0.60 / 0.54 / 0.55 for P100 / P4 /
 # T4 / V100, DeepBench's ten by 0.005-0.026); the H200 set's convs and SDPAs have tiles enough either way (< 1%).
 WHOLE_K_FAMILIES = ("conv", "attention")
+# A decode-like attention (at most this many query rows per KV head: one new token of each packed query head) splits
+# its keys over CTAs and reduces the partial softmaxes after (FlashDecoding; vLLM's and FlashAttention's split-KV
+# decode kernels): split-K, as a GEMM's, where the whole-K rule above holds for prefill.
+SPLIT_KV_ROWS = 64
 # The version of the time laws of this module (the stop that last changed one). A model saves the version it was
 # fitted with and warns when code with other laws loads it (models.physics): its efficiencies were learned against the
 # old times, so its predictions move (the main job's champion of stop 36, fitted before the whole K, went from 13.63 to
 # 15.17% MAPE on the same held-out rows). 38: a TF32 conv of a short reduction on the CUDA cores (MIN_TF32_CONV_K),
 # a layernorm of an unaligned row in two passes (LAYERNORM_VECTOR);
 # 37: convolutions and attention over their whole K; 0: saved before versions.
-PHYSICS_VERSION = 38
+PHYSICS_VERSION = 39
 ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
 # Below 16 bytes the library's tensor-core kernels load at most this many bytes at a time: an 8-byte-aligned row runs
 # as a 4-byte-aligned one. Measured (GEMMs of 3+ GFLOP, achieved / tensor peak, 90th percentile; 16-bit and tf32):
 # 4-byte rows 0.21-0.23 and 8-byte rows 0.22-0.24 alike on the H100 and the H200 (the cuda backend's kernels and the
 # H200 set's), 16-byte rows 0.41-0.74, 2-byte 0.12-0.13; the law with 8 / 16 for 8-byte rows put their time at half.
 NARROW_LOAD_BYTES = 4
-GEMM_FAMILIES = ("gemm", "conv", "attention")
+GEMM_FAMILIES = ("gemm", "conv", "attention", "moe")
 # A convolution whose input channels fill less than one 16-byte vector (fewer than 8 in float16 / bfloat16, 4 in tf32:
 # a network's stem on RGB images, c_in = 3, or a spectrogram's, c_in = 1) runs on the CUDA cores at the fp32 FMA peak,
 # not the tensor cores (the rates say so: padded to 8 channels on the tensor cores, a stem would cost 8 / 3 of its
@@ -154,12 +162,19 @@ LAYERNORM_TWO_PASS = 1.5
 # cuda backend on each of an H100 and an H200, seeds 0 / 1): 16-bit convolutions of the H200 66.6 / 62.2 -> 36.9 /
 # 38.6% MAPE, of the H100 39.0 / 38.2 -> 33.5 / 38.5; all H200 rows 28.0 / 27.8 -> 26.1 / 26.7, all H100 rows
 # 27.8 / 28.2 -> 28.3 / 29.7 (its other families move by up to 8 points between fits either way)
-ALIGNED_FEED_FAMILIES = ("gemm", "attention")
+ALIGNED_FEED_FAMILIES = ("gemm", "attention", "moe")
 MEMORY_FAMILIES = ("elementwise", "norm", "softmax", "reduction", "pool", "data_movement")  # bytes / bandwidth
-FAMILIES = GEMM_FAMILIES + MEMORY_FAMILIES
+# Collectives over the GPUs of a node: the elements a ring moves per GPU (the registry's ``wire``: 2 (g - 1) / g of
+# the message for an all-reduce, (g - 1) / g for the others) over the spec's link bandwidth per GPU and direction,
+# plus one link latency per ring step (2 (g - 1) for an all-reduce's reduce-scatter and all-gather phases, g - 1 for
+# the others): NCCL's ring algorithm (its "bus bandwidth", NCCL tests' PERFORMANCE.md). The local HBM traffic of
+# the same bytes is the memory bound beside it.
+COMM_FAMILIES = ("collective",)
+FAMILIES = GEMM_FAMILIES + MEMORY_FAMILIES + COMM_FAMILIES
 PHYSICS_OPS = tuple(op for op, spec in OPS.items() if spec.family in FAMILIES)
-GEMM_LIKE_FAMILIES = ("gemm", "attention")  # the learner's ``gemm_like`` (FEATURES)
-MODES = ("fp32", "tf32", "tensor16", "fp32_acc16")  # fp32 FMA, TF32 tensor core, fp16/bf16 tensor core, 16-bit on FMA
+GEMM_LIKE_FAMILIES = ("gemm", "attention", "moe")  # the learner's ``gemm_like`` (FEATURES)
+# fp32 FMA, TF32 tensor core, fp16 / bf16 tensor core, 16-bit on the FMA units, fp8 / int8 tensor core
+MODES = ("fp32", "tf32", "tensor16", "fp32_acc16", "tensor8")
 
 # The learner's inputs: dimensionless (counts, ratios, flags); no absolute time, rate or size of one GPU, and no
 # ratio of spec numbers alone (e.g. the ridge point): with a handful of training GPUs such a column names the GPU and
@@ -202,6 +217,12 @@ FEATURES = (
     "conv_kernel",
     "conv_stride",
     "causal",
+    "log2_m",
+    "log2_kv_group",
+    "kv_narrow",
+    "log2_weight_bytes",
+    "log2_gpus",
+    "log2_physics_us",
 )
 # A GPU's spec position: the same for every row of one GPU (log2 of spec numbers, never a learner input); its rows
 # share a hardware key and the distance between two positions decides a borrowed correction (models.physics).
@@ -403,14 +424,17 @@ def effective_peak(spec: HardwareSpec, dtype: str) -> tuple[float, str]:
         return fp32, "fp32"
     if dtype == "tf32":
         return (float(rates["tf32"]) * 1e12, "tf32") if "tf32" in rates else (fp32, "fp32")
-    if dtype in ("float16", "bfloat16"):
-        if has_matrix_units(spec) and dtype in rates:
-            return float(rates[dtype]) * 1e12, "tensor16"
+    rate = DTYPE_INFO[dtype].rate if dtype in DTYPE_INFO else dtype
+    if rate in ("float16", "bfloat16"):  # float16 / bfloat16, and weight-only int8 / int4 dequantised to bfloat16
+        if has_matrix_units(spec) and rate in rates:
+            return float(rates[rate]) * 1e12, "tensor16"
         return fp32, "fp32_acc16"
-    raise FeatureError(f"dtype {dtype!r} has no math mode on {spec.id} (float32, tf32, float16, bfloat16)")
+    if rate in ("fp8", "int8") and rate in rates:  # fp8 (e4m3) and int8 tensor cores
+        return float(rates[rate]) * 1e12, "tensor8"
+    raise FeatureError(f"dtype {dtype!r} has no math mode on {spec.id} (its spec lists no {rate} rate)")
 
 
-TENSOR_MODES = ("tf32", "tensor16")  # the math modes that run on tensor / matrix cores
+TENSOR_MODES = ("tf32", "tensor16", "tensor8")  # the math modes that run on tensor / matrix cores
 
 
 def alignment_factor(mode: np.ndarray, align_bytes: np.ndarray) -> np.ndarray:
@@ -499,8 +523,10 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
     # a float32 conv measured with cuDNN's TF32 default runs in the tf32 math mode (:data:`CONV_MATHS`)
     dtype = np.where((family == "conv") & (dtype == "float32") & conv_tf32_of(df), "tf32", dtype)
     dtype = np.where(~np.isin(family, TF32_FAMILIES) & (dtype == "tf32"), "float32", dtype)  # :data:`TF32_FAMILIES`
+    dtype = np.where(np.isin(family, COMM_FAMILIES), "float32", dtype)  # a collective does no math: no peak of its own
     pairs = pd.DataFrame({"h": df["hardware"].to_numpy(), "d": dtype})
-    out = {k: np.zeros(len(df)) for k in ("peak", "fp32", "bw", "sms", "l2", "gpu", "clock")}
+    keys = ("peak", "fp32", "bw", "sms", "l2", "gpu", "clock", "link_bw", "link_lat", "pcie")
+    out = {k: np.zeros(len(df)) for k in keys}
     out["mode"] = np.empty(len(df), dtype=object)
     out["arch"] = np.full(len(df), "", dtype=object)
     for (h, d), idx in pairs.groupby(["h", "d"], sort=False).indices.items():
@@ -511,6 +537,7 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
             raise FeatureError(f"hardware {spec.id!r} lacks memory bandwidth or SM count in its spec")
         peak, mode = effective_peak(spec, d)
         out["peak"][idx], out["mode"][idx] = peak, mode
+        out["link_bw"][idx], out["link_lat"][idx], out["pcie"][idx] = link_of(spec)
         out["fp32"][idx] = spec.peak_flops("float32")
         out["bw"][idx], out["sms"][idx] = spec.bandwidth_bytes_s, float(spec.sm_count)
         out["l2"][idx] = max(float(spec.l2_cache_mb), 0.25) * 2**20
@@ -518,6 +545,34 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
         out["clock"][idx] = float(spec.boost_clock_mhz) * 1e6
         out["arch"][idx] = f"{spec.vendor}:{spec.architecture}".lower() if spec.architecture else ""
     return out
+
+
+def link_of(spec: HardwareSpec) -> tuple[float, float, bool]:
+    """``(bytes / s per GPU and direction, s per hop, over PCIe)`` of the spec's intra-node interconnect (its
+    ``interconnect`` block: NVLink or PCIe); ``(0, 0, False)`` where the spec has none."""
+    link = getattr(spec, "interconnect", None) or spec.extra.get("interconnect") or {}
+    bw, lat = float(link.get("bandwidth_gbs") or 0.0) * 1e9, float(link.get("latency_us") or 0.0) * 1e-6
+    return bw, lat, str(link.get("kind", "")).lower().startswith("pcie")
+
+
+@functools.lru_cache(maxsize=1)
+def laws() -> dict:
+    """The numbers of these laws kept in ``conf/physics.yaml`` (each with its provenance there)."""
+    return yaml.safe_load(LAWS_PATH.read_text())
+
+
+def comm_time_s(ops, wire_bytes, gpus, link_bw, link_lat, pcie) -> np.ndarray:
+    """Per row the ring time (s) of a collective (:data:`COMM_FAMILIES`): the bytes a GPU sends over its link at the
+    link's bandwidth, shared on a PCIe node by the ring's GPUs beyond two (``(2 / g)^exponent``, conf/physics.yaml),
+    plus a link latency per ring step (2 (g - 1) for an all-reduce, g - 1 for the others); 0 for other ops."""
+    comm = np.isin(ops, [op for op, spec in OPS.items() if spec.family in COMM_FAMILIES])
+    steps = np.where(ops == "all_reduce", 2.0, 1.0) * np.maximum(gpus - 1, 0)
+    share = np.where(
+        pcie, np.minimum(1.0, 2.0 / np.maximum(gpus, 1)) ** laws()["collective"]["pcie_fabric_exponent"], 1
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = wire_bytes / (np.where(link_bw > 0, link_bw, np.nan) * share) + steps * link_lat
+    return np.where(comm, t, 0.0)
 
 
 def row_latency_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, sms: np.ndarray, clock_hz: np.ndarray) -> np.ndarray:
@@ -599,7 +654,7 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     )
     peak = hw["peak"] * np.where(np.isin(fam, ALIGNED_FEED_FAMILIES), alignment_factor(hw["mode"], align), 1.0)
 
-    whole_k = np.isin(fam, WHOLE_K_FAMILIES)
+    whole_k = np.isin(fam, WHOLE_K_FAMILIES) & ~((fam == "attention") & (m <= SPLIT_KV_ROWS))
     t_c, waves, tiles, tm, tn, split = gemm_time(batch, m, n, np.maximum(k, 1), peak, sms, whole_k)
     t_c = np.where(is_gemm, t_c, 0.0)
     t_big, _, _ = tile_time(batch, m, n, np.maximum(k, 1), *BIG_TILE, 1, peak / sms, sms)
@@ -608,7 +663,17 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     t_c = t_c + attention_exp_s(ops, batch, m, k, hw["sms"], np.where(hw["gpu"] > 0, hw["clock"], 0.0))
     two_pass = (ops == "layernorm") & (hw["gpu"] > 0) & (df["n"].to_numpy(float) % LAYERNORM_VECTOR != 0)
     t_m = nbytes / hw["bw"] * np.where(two_pass, LAYERNORM_TWO_PASS, 1.0)  # :data:`LAYERNORM_VECTOR`
-    physics = np.maximum(t_c, t_m)
+    comm = np.isin(fam, COMM_FAMILIES)
+    gpus = df["gpus"].to_numpy(float)
+    if comm.any() and (hw["link_bw"][comm] <= 0).any():
+        i = int(np.flatnonzero(comm & (hw["link_bw"] <= 0))[0])
+        raise FeatureError(
+            f"row {i}: hardware {df['hardware'].iloc[i]!r} has no interconnect in its spec (conf/hardware "
+            "`interconnect:` block): no collective time"
+        )
+    wire = shp["wire"].to_numpy(float) * dbytes
+    t_comm = comm_time_s(ops, wire, gpus, hw["link_bw"], hw["link_lat"], hw["pcie"] > 0)
+    physics = np.maximum.reduce([t_c, t_m, t_comm])
     elements = nbytes / dbytes
     waves_mem = np.ceil(elements / (sms * 1024.0 * 4))  # 1024 threads x 4 elements per SM per round
     X: dict[str, np.ndarray] = {}
@@ -639,6 +704,16 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["conv_kernel"] = np.where(fam == "conv", df["kernel"].to_numpy(float), 0.0)
     X["conv_stride"] = np.where(fam == "conv", df["stride"].to_numpy(float), 0.0)
     X["causal"] = np.where(ops == "sdpa", df["causal"].to_numpy(float), 0.0)
+    gemm_like = np.isin(fam, GEMM_LIKE_FAMILIES)
+    X["log2_m"] = np.where(gemm_like, np.log2(np.maximum(m, 1)), 0.0)  # query rows / tokens of a tile: decode is 1-8
+    heads, kv_heads = df["heads"].to_numpy(float), df["num_kv_heads"].to_numpy(float)
+    group = heads / np.where(kv_heads > 0, kv_heads, np.maximum(heads, 1))
+    X["log2_kv_group"] = np.where(ops == "sdpa", np.log2(np.maximum(group, 1)), 0.0)
+    kv_bytes = np.array([itemsize(d, "kv", kv or None) for d, kv in zip(dtype, kv_dtypes_of(df))], float)
+    X["kv_narrow"] = np.where(ops == "sdpa", (kv_bytes < dbytes).astype(float), 0.0)
+    weight_bytes = np.array([itemsize(d, "weight") for d in dtype], float)
+    X["log2_weight_bytes"] = np.where(np.isin(fam, ("gemm", "moe")), np.log2(weight_bytes / dbytes), 0.0)
+    X["log2_gpus"] = np.where(comm, np.log2(np.maximum(gpus, 1)), 0.0)
     X["hw_log2_peak_flops"] = np.log2(hw["peak"])
     X["hw_log2_peak_fp32"] = np.log2(hw["fp32"])
     X["hw_log2_bandwidth"] = np.log2(hw["bw"])
@@ -650,6 +725,8 @@ def physics_columns(df: pd.DataFrame, registry: HardwareRegistry) -> pd.DataFram
     X["flops"], X["bytes"] = flops, nbytes
     X["log2_flops"], X["log2_bytes"] = np.log2(flops + 1), np.log2(nbytes)
     X["compute_ms"], X["memory_ms"], X["physics_ms"] = t_c * 1e3, t_m * 1e3, physics * 1e3
+    X["comm_ms"] = t_comm * 1e3
+    X["log2_physics_us"] = np.log2(np.maximum(physics * 1e6, 1e-3))
     gpu = hw["gpu"] > 0  # a CPU has none of these bounds
     clock, fp32 = np.where(gpu, hw["clock"], 0.0), np.where(gpu, hw["fp32"], 0.0)
     n_rows, row_len = df["m"].to_numpy(float), df["n"].to_numpy(float)

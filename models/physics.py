@@ -69,6 +69,7 @@ from features.physics import (
     MODES,
     PHYSICS_VERSION,
     SIZE,
+    SPLIT_KV_ROWS,
     PhysicsFeaturizer,
     derived_inputs,
 )
@@ -76,7 +77,9 @@ from models.base import CostModel, check_targets
 from models.domain import Domain, calibrate_widening, conformal, distinct_rows, widen
 
 LEARNERS = ("xgb", "mlp")
-BOUNDED_FAMILIES = ("gemm", "attention")  # efficiency bound e_max_gemm: the physics counts the FLOPs they do
+# efficiency bound e_max_gemm: the physics counts the FLOPs they do, the bytes a decode reads, the bytes a collective
+# sends over its link
+BOUNDED_FAMILIES = ("gemm", "attention", "moe", "collective")
 # a fuller tail wave, fuller tiles, wider-aligned operands and a longer main loop per CTA (K per split-K slice: the
 # prologue / epilogue amortised over more steps) never make a kernel less efficient; more work wasted on the large tile
 # (features.physics.BIG_TILE) never makes it more
@@ -158,6 +161,9 @@ OVER_PER_CALL = {"back_to_back": 0.3, "per_call": 1.0, "library_loop": 0.3, "cud
 # 8.7 us by which rows a fit samples (6 H200 softmax rows), and the H100's tiny softmaxes came out 0.4x or 2.5x.
 GRAPH_FLOORS_MS = {"gemm": 2.2e-3, "conv": 4.4e-3, "attention": 5.9e-3, "elementwise": 1.2e-3, "norm": 3.0e-3}
 GRAPH_FLOORS_MS |= {"softmax": 1.7e-3, "reduction": 2.6e-3, "pool": 2.6e-3, "data_movement": 2.6e-3}
+# assumption: a fused MoE launches like a GEMM, a collective like a convolution (a few kernels with a barrier); only
+# their ratios to the families a harness did time are read (:func:`unseen_family_floor`)
+GRAPH_FLOORS_MS |= {"moe": GRAPH_FLOORS_MS["gemm"], "collective": GRAPH_FLOORS_MS["conv"]}
 # Ops whose host path is longer than their family's get a floor of their own (their floor group is the op, its family
 # the value): PyTorch's ``linear`` (``addmm`` with the bias, through cuBLASLt, whose algorithm query runs on the host
 # at every call). Measured (fastest linear / fastest bmm, NeuSight's per-call timing): A100 53 / 31 us, V100 69 / 40,
@@ -165,8 +171,12 @@ GRAPH_FLOORS_MS |= {"softmax": 1.7e-3, "reduction": 2.6e-3, "pool": 2.6e-3, "dat
 # physics take 22-47 us where its matmuls of as little take 10-20. A harness that timed none of the op takes its
 # family's floor times FLOOR_OP_PRIOR (the per-call ratio's median where the host path is timed; a CUDA graph replays
 # no host code and DeepBench's loop calls cuBLAS directly: 1).
-FLOOR_OPS = {"linear": "gemm"}
-FLOOR_OP_PRIOR = {"back_to_back": 1.8, "per_call": 1.8, "library_loop": 1.0, "cuda_graph": 1.0}
+# Launch paths of their own inside a family, each its own floor group (the group -> its family): a GEMM on the fp8 /
+# int8 tensor cores runs a quantisation kernel of its activations before the GEMM (vLLM's per-tensor and per-token
+# fp8 linears), and a decode-like attention that splits its keys (features.physics.SPLIT_KV_ROWS) a reduction kernel
+# after it: two kernels where their family launches one. A harness that timed none of them takes its family's floor.
+FLOOR_OPS = {"linear": "gemm", "gemm_tensor8": "gemm", "attention_split_kv": "attention"}
+FLOOR_OP_PRIOR = {"back_to_back": 1.8, "per_call": 1.8, "library_loop": 1.0, "cuda_graph": 1.0}  # of ``linear``
 FLOOR_GROUPS = (*FAMILIES, *FLOOR_OPS)
 GRAPH_FLOORS_MS |= {op: GRAPH_FLOORS_MS[fam] for op, fam in FLOOR_OPS.items()}
 # Graph-timed training rows of a family (a new GPU's, in calibrate's refit) pull its graph floor from the measured one
@@ -186,6 +196,11 @@ SHAPE_KEY = (
     "conv_kernel",
     "conv_stride",
     "causal",
+    "log2_m",
+    "log2_kv_group",
+    "kv_narrow",
+    "log2_weight_bytes",
+    "log2_gpus",
 )
 
 
@@ -262,12 +277,20 @@ def regime_index(X: pd.DataFrame) -> np.ndarray:
 
 
 def floor_groups_of(X: pd.DataFrame) -> np.ndarray:
-    """Per row its launch-floor group (:data:`FLOOR_GROUPS`): the op where it has a host path of its own
-    (:data:`FLOOR_OPS`), else its family."""
+    """Per row its launch-floor group (:data:`FLOOR_GROUPS`): ``linear`` (its own host path), a GEMM on the 8-bit
+    tensor cores or a split-KV attention (a second kernel, :data:`FLOOR_OPS`), else its family."""
     groups = families_of(X)
-    for op in FLOOR_OPS:
-        if f"op_{op}" in X.columns:
-            groups = np.where(X[f"op_{op}"].to_numpy(float) > 0, op, groups)
+    if "op_linear" in X.columns:
+        groups = np.where(X["op_linear"].to_numpy(float) > 0, "linear", groups)
+    if "mode_tensor8" in X.columns:
+        groups = np.where(
+            (groups == "gemm") | (groups == "linear"),
+            np.where(X["mode_tensor8"].to_numpy(float) > 0, "gemm_tensor8", groups),
+            groups,
+        )
+    if "log2_m" in X.columns:
+        split = (groups == "attention") & (X["log2_m"].to_numpy(float) <= np.log2(SPLIT_KV_ROWS))
+        groups = np.where(split, "attention_split_kv", groups)
     return groups
 
 
@@ -334,7 +357,8 @@ def _every_family(floors: dict[str, float], harness: str = "per_call") -> dict[s
     ``harness``)."""
     out = {f: float(floors[f]) if f in floors else unseen_family_floor(floors, f) for f in FAMILIES}
     for op, fam in FLOOR_OPS.items():
-        out[op] = float(floors[op]) if op in floors else out[fam] * FLOOR_OP_PRIOR[harness]
+        prior = FLOOR_OP_PRIOR[harness] if op == "linear" else 1.0
+        out[op] = float(floors[op]) if op in floors else out[fam] * prior
     return out
 
 

@@ -427,6 +427,9 @@ def evaluate_wa_hls4ml(ds, seed: int, rows, registry, models: dict, out_dir=None
 # --- extrapolation checks (a)-(f) on the shipped pack ------------------------------------------------------
 
 
+PHYSICS_FRAME_MODELS = ("physics", "sol")  # model entries that read the physics frame (the others: tabular)
+
+
 def extrapolation_rows(ds, rows, seed: int):
     """The rows an extrapolation check runs on: the pack's measured rows of its sources, sampled by its cap."""
     from data.backends.reference import select
@@ -438,7 +441,7 @@ def extrapolation_rows(ds, rows, seed: int):
 def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir) -> list[dict]:
     """One extrapolation check (module docstring) for every model on the same rows and folds."""
     from features.physics import PhysicsFeaturizer
-    from models.extrapolation import CHECKS, GOALS, NAMES, Candidate, markdown, run_check, verdict
+    from models.extrapolation import CHECKS, GOALS, NAMES, Candidate, llm_markdown, markdown, run_check, verdict
 
     check = str(ds.check)
     if check not in CHECKS:
@@ -454,7 +457,8 @@ def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir)
         + f"); sources {', '.join(ds.sources)}; cap {dict(ds.get('cap') or {})}; goal {GOALS[check]}"
     )
     candidates = [
-        Candidate(name, make, "physics" if name.startswith("physics") else "tabular") for name, make in models.items()
+        Candidate(name, make, "physics" if name.startswith(PHYSICS_FRAME_MODELS) else "tabular")
+        for name, make in models.items()
     ]
     fold_kwargs = dict(ds.get("fold_kwargs") or {})
     results = run_check(
@@ -482,8 +486,9 @@ def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir)
         records.append(record(f"{check}_{NAMES[check]}", name, metrics, sub, y[r["index"]], r["pred"], r["seconds"]))
     table = Path(out_dir).resolve() / "public_eval" / f"{ds.get('table') or f'extrapolation_{check}'}.md"
     table.parent.mkdir(parents=True, exist_ok=True)
-    table.write_text(markdown(results) + "\n")
-    print(markdown(results))
+    text = llm_markdown(results) if check == "llm" else markdown(results)
+    table.write_text(text + "\n")
+    print(text)
     print(f"table -> {table}")
     return records
 

@@ -81,8 +81,8 @@ from models.conformal import bounded_interval, halfwidths
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundled with every logged model
-# the configs an LLM request reads (models/llm.py, models/compose.py), bundled beside them as code/conf/
-CODE_CONFIGS = ("llm.yaml", "execution.yaml")
+# conf/ files the bundled code reads: features.physics.LAWS_PATH; an LLM request's models/llm.py, models/compose.py
+CODE_CONF = ("physics.yaml", "llm.yaml", "execution.yaml")
 INPUT_ERROR_PREFIX = "invalid workload: "
 MESSAGE_CHARS = 600  # an error line's length limit (a message may list the known ops or hardware ids)
 COMBINE = ("sum", "max", "time_weighted")
@@ -364,14 +364,15 @@ def write_artifacts(directory: Path, model: CostModel, registry: HardwareRegistr
 
 def code_paths(directory: Path) -> list[str]:
     """Copies of the project packages the pyfunc imports (no caches) and of the configs they read at predict time
-    (``conf/``: :data:`CODE_CONFIGS`), for ``log_model(code_paths=...)``."""
+    (``conf/``: :data:`CODE_CONF`), for ``log_model(code_paths=...)``."""
     paths = []
     for pkg in CODE_PACKAGES:
         dest = directory / pkg
         shutil.copytree(ROOT / pkg, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
         paths.append(str(dest))
-    conf = directory / "conf"
+    conf = directory / "conf"  # the configuration the bundled code reads beside itself (physics laws, LLM serving)
     conf.mkdir(parents=True, exist_ok=True)
-    for name in CODE_CONFIGS:
+    for name in CODE_CONF:
         shutil.copy2(ROOT / "conf" / name, conf / name)
-    return [*paths, str(conf)]
+    paths.append(str(conf))
+    return paths

@@ -37,3 +37,32 @@ class RooflineModel(CostModel):
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         check_xy(X)
         return X[self.column].to_numpy(float)
+
+
+class SpeedOfLightModel(CostModel):
+    """aiconfigurator's analytical form (its system files): the spec's speed of light with an empirical bandwidth
+    factor and a constant latency, ``max(FLOPs / peak, bytes / (bandwidth x bandwidth_factor), comm) + latency``.
+
+    Reads the physics frame (``features.physics``): ``flops``, ``bytes``, the row's peak of its dtype and the
+    bandwidth (``hw_log2_*``), and a collective's ring time over the interconnect (``comm_ms``). No learning: the
+    baseline the LLM-kernel check sets beside the learned models."""
+
+    name = "sol"
+
+    def __init__(self, bandwidth_factor: float = 0.8, latency_ms: float = 0.003):
+        self.bandwidth_factor = float(bandwidth_factor)
+        self.latency_ms = float(latency_ms)
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> SpeedOfLightModel:
+        check_xy(X, y)
+        missing = [c for c in ("flops", "bytes", "hw_log2_peak_flops", "hw_log2_bandwidth") if c not in X.columns]
+        if missing:
+            raise ValueError(f"speed-of-light baseline: needs the physics frame (lacks {', '.join(missing)})")
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        check_xy(X)
+        compute = X["flops"].to_numpy(float) / np.exp2(X["hw_log2_peak_flops"].to_numpy(float))
+        memory = X["bytes"].to_numpy(float) / (np.exp2(X["hw_log2_bandwidth"].to_numpy(float)) * self.bandwidth_factor)
+        comm = X["comm_ms"].to_numpy(float) / 1e3 if "comm_ms" in X.columns else 0.0
+        return np.maximum.reduce([compute, memory, comm + 0 * compute]) * 1e3 + self.latency_ms
