@@ -534,7 +534,12 @@ def llm(args) -> int:
     from models.llm import LLMError
     from models.llm_api import ROOFLINE, predict_llm_config, report_json, report_text
 
-    uri = None if args.model == ROOFLINE and not args.power_model else _set_uri(args.tracking_uri, args.model)
+    uri = None
+    if args.model != ROOFLINE or args.power_model:
+        try:
+            uri = _set_uri(args.tracking_uri, args.power_model if args.model == ROOFLINE else args.model)
+        except CliError as exc:
+            raise CliError(f"{exc}; or --model roofline (the plain spec roofline needs no store)") from None
     try:
         res = predict_llm_config(
             args.config,

@@ -577,3 +577,14 @@ def test_a_power_model_gives_power_and_energy_per_output_token(roofline):
     assert s["power_w_per_gpu"] > 132  # above the H200's static power: the kernels' dynamic energy on top
     assert s["energy_per_token_j"] == pytest.approx(s["power_w_per_gpu"] / s["tokens_per_s_per_gpu"])
     assert "power_w_per_gpu" not in serve_it(BIG, roofline, tp=4, batch=16)
+
+
+def test_no_store_names_the_roofline_as_the_way_out(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(SMALL))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    rc, _, err = cli_in_process(
+        capsys, "llm", "--config", str(path), "--hardware", "H200-SXM", "--batch", "1", "--isl", "8", "--osl", "8"
+    )
+    assert rc == 2 and "no MLflow store to read" in err and "--model roofline" in err and err.count("\n") == 1
