@@ -19,6 +19,8 @@ import yaml
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "hardware"
 NON_GPU_KINDS = ("fpga", "accelerator")  # specs without the GPU roofline fields
+# the links between the GPUs of one node: NVLink generations (through NVSwitch on 8-GPU boards) and PCIe generations
+INTERCONNECT_KINDS = ("nvlink2", "nvlink3", "nvlink4", "nvlink5", "pcie3", "pcie4", "pcie5")
 
 
 class UnknownHardwareError(KeyError):
@@ -45,6 +47,9 @@ class HardwareSpec:
     architecture: str | None = None
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+    # the GPU's links to the others of its node: kind (INTERCONNECT_KINDS), bandwidth_gbs (per GPU, one direction,
+    # 10^9 B/s), latency_us (per hop), gpus_per_node, source; {} where the spec gives none
+    interconnect: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
     def peak_flops(self, dtype: str) -> float:
@@ -57,6 +62,22 @@ class HardwareSpec:
     @property
     def bandwidth_bytes_s(self) -> float:
         return float(self.memory_bandwidth_gbs) * 1e9
+
+    @property
+    def link_bandwidth_bytes_s(self) -> float:
+        """Bytes a second one GPU sends to the others of its node, one direction (0 where the spec gives none)."""
+        return float(self.interconnect.get("bandwidth_gbs") or 0.0) * 1e9
+
+    @property
+    def link_latency_s(self) -> float | None:
+        """Seconds a message takes per hop between two GPUs of a node (None where the spec gives none)."""
+        latency = self.interconnect.get("latency_us")
+        return None if latency is None else float(latency) * 1e-6
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs one node holds, the most a collective over the node's links spans (0 where the spec gives none)."""
+        return int(self.interconnect.get("gpus_per_node") or 0)
 
     @classmethod
     def from_dict(cls, d: dict) -> HardwareSpec:
@@ -89,6 +110,7 @@ class HardwareSpec:
         if "float32" not in kwargs["peak_tflops"] and d.get("kind") not in NON_GPU_KINDS:
             raise ValueError(f"hardware spec {d['id']!r}: peak_tflops needs a float32 entry")
         kwargs["peak_tflops"] = {str(k): float(v) for k, v in kwargs["peak_tflops"].items()}
+        kwargs["interconnect"] = _interconnect(d.get("id", "?"), kwargs.get("interconnect"))
         kwargs["aliases"] = tuple(kwargs.get("aliases") or ())
         kwargs["sources"] = tuple(kwargs.get("sources") or ())
         kwargs["extra"] = {**(d.get("extra") or {}), **{k: v for k, v in d.items() if k not in known}}
@@ -98,6 +120,38 @@ class HardwareSpec:
         d = asdict(self)
         d["aliases"], d["sources"] = list(self.aliases), list(self.sources)
         return d
+
+
+def _interconnect(spec_id: str, block) -> dict:
+    """A spec's ``interconnect`` block, checked: a known kind, a positive bandwidth, a latency >= 0 (optional) and a
+    whole number of GPUs per node; one error line naming the spec and the field."""
+    if not block:
+        return {}
+    if not isinstance(block, dict):
+        raise ValueError(f"hardware spec {spec_id!r}: interconnect must be a mapping, got {block!r}")
+    out = dict(block)
+    if out.get("kind") not in INTERCONNECT_KINDS:
+        raise ValueError(
+            f"hardware spec {spec_id!r}: interconnect kind must be one of {', '.join(INTERCONNECT_KINDS)}, "
+            f"got {out.get('kind')!r}"
+        )
+    rules = {
+        "bandwidth_gbs": ("a number > 0", lambda x: x > 0),
+        "latency_us": ("a number >= 0", lambda x: x >= 0),
+        "gpus_per_node": ("a whole number >= 1", lambda x: x >= 1 and x == int(x)),
+    }
+    for name, (what, ok) in rules.items():
+        value = out.get(name)
+        if value is None and name != "bandwidth_gbs":
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not (number == number and ok(number)):
+            raise ValueError(f"hardware spec {spec_id!r}: interconnect {name} must be {what}, got {value!r}")
+        out[name] = int(number) if name == "gpus_per_node" else number
+    return out
 
 
 class HardwareRegistry:

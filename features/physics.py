@@ -303,7 +303,7 @@ SFU_OPS_PER_SM_CLOCK = 16.0
 HARNESSES = ("back_to_back", "per_call", "library_loop", "cuda_graph")
 DEFAULT_HARNESS = "back_to_back"
 SOURCE_HARNESS = {"neusight": "per_call", "deepbench": "library_loop"}  # source name prefix -> harness
-TIMING_HARNESS = {"cuda_graph": "cuda_graph"}  # a row's timing_method (data.schema) -> harness
+TIMING_HARNESS = {"cuda_graph": "cuda_graph", "stream_loop": "back_to_back"}  # a row's timing_method -> harness
 # float32 convolution math of the software that measured a row. ``ieee``: the project's cuda backend (``fp32_math``)
 # and the H200 set. ``tf32``: PyTorch's defaults (``torch.backends.cudnn.allow_tf32`` is True, while
 # ``cuda.matmul.allow_tf32`` is False since 1.12), so cuDNN runs float32 convolutions on the TF32 tensor cores of a
@@ -550,9 +550,8 @@ def _hardware_table(df: pd.DataFrame, registry: HardwareRegistry, family: np.nda
 def link_of(spec: HardwareSpec) -> tuple[float, float, bool]:
     """``(bytes / s per GPU and direction, s per hop, over PCIe)`` of the spec's intra-node interconnect (its
     ``interconnect`` block: NVLink or PCIe); ``(0, 0, False)`` where the spec has none."""
-    link = getattr(spec, "interconnect", None) or spec.extra.get("interconnect") or {}
-    bw, lat = float(link.get("bandwidth_gbs") or 0.0) * 1e9, float(link.get("latency_us") or 0.0) * 1e-6
-    return bw, lat, str(link.get("kind", "")).lower().startswith("pcie")
+    kind = str(spec.interconnect.get("kind", "")).lower()
+    return spec.link_bandwidth_bytes_s, spec.link_latency_s or 0.0, kind.startswith("pcie")
 
 
 @functools.lru_cache(maxsize=1)

@@ -134,11 +134,29 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any] | No
         try:  # runs the module once for real: free on meta tensors (the inputs follow the module's device)
             gm = make_fx(functools.partial(flat, **kwargs), tracing_mode="real", pre_dispatch=True)(*args)
         except Exception as exc:  # noqa: BLE001 - both tracers failed: one line naming both reasons
+            token = _token_input_line(exc, args)
+            if token:
+                raise CaptureError(f"cannot capture {type(module).__name__}: {token}") from None
             raise CaptureError(
                 f"cannot capture {type(module).__name__}: {note.split('; ')[0]}; make_fx failed too "
                 f"({type(exc).__name__}: {_first_line(exc)})"
             ) from None
     return Capture(gm, "make_fx", note)
+
+
+def _token_input_line(exc: BaseException, args: tuple) -> str:
+    """The fix for an embedding given floating-point example inputs (token ids are integers), naming the integer
+    form of each such input; empty for any other failure."""
+    if "'indices'" not in str(exc) or "Long, Int" not in str(exc):
+        return ""
+    floats = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    if not floats:
+        return ""
+    shapes = ", ".join("int64:" + "x".join(str(d) for d in a.shape) for a in floats)
+    return (
+        f"token inputs need int64:{shapes.removeprefix('int64:')} (an embedding takes integer token ids; "
+        f"--example-input {shapes}, --dtype then sets the model's float dtype only)"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -446,17 +464,17 @@ class _Kernels:
                 return f"{q.dim()}-d query"
             heads = q.shape[-3] if q.dim() >= 4 else 1
             batch = math.prod(q.shape[:-3]) if q.dim() >= 4 else q.shape[0]
-            return [
-                {
-                    "op": "sdpa",
-                    "batch": batch,
-                    "heads": heads,
-                    "seq_len": q.shape[-2],
-                    "head_dim": q.shape[-1],
-                    "causal": int(bool(b.get("is_causal"))),
-                    "kv_len": k.shape[-2],
-                }
-            ]
+            row = {
+                "op": "sdpa",
+                "batch": batch,
+                "heads": heads,
+                "seq_len": q.shape[-2],
+                "head_dim": q.shape[-1],
+                "causal": int(bool(b.get("is_causal"))),
+                "kv_len": k.shape[-2],
+                "num_kv_heads": k.shape[-3] if k.dim() >= 4 else 1,  # fewer than heads: grouped-query (enable_gqa)
+            }
+            return [row]
         if name == "embedding":
             w, ids = b["weight"], b["indices"]
             return [{"op": "embedding", "m": ids.numel(), "n": w.shape[1], "k": w.shape[0], "dtype": self.dtype([w])}]

@@ -16,6 +16,9 @@ one-line message. Reading never creates a store: a ``tracking_uri`` naming a sql
 ``ValueError`` (:func:`existing_store`), where MLflow would create an empty database there. A model with a domain of
 validity (``has_domain``, e.g. the physics model) adds ``in_domain`` (bool), ``domain_distance`` (0 inside) and
 ``domain_reason`` per row: outside, the interval is widened with the distance (``models.domain``).
+
+A GPU the model was not trained with is one spec away: ``load_cost_model(uri, hardware=["b200.yaml"])`` (or
+:meth:`CostModelClient.add_hardware`, or a ``hardware_spec`` column in the rows: ``models.specs``).
 """
 
 from __future__ import annotations
@@ -139,6 +142,17 @@ class CostModelClient:
     def interval_level(self) -> float | None:
         return self.meta.get("level")
 
+    def add_hardware(self, specs) -> CostModelClient:
+        """Add GPUs the model was not trained with: spec files or folders of them (``conf/hardware/<id>.yaml``'s
+        fields), mappings of those fields, or ``HardwareSpec`` objects (``models.specs.as_specs``). The model
+        predicts them from their numbers; ``in_domain`` / ``domain_distance`` say how far they are from the trained
+        hardware. A bad spec is a ``ValueError`` naming it."""
+        inner = self.pyfunc.unwrap_python_model()
+        if not hasattr(inner, "with_hardware"):
+            raise ValueError(f"model {self.uri!r} was logged before specs could be added at prediction time")
+        inner.with_hardware(specs)
+        return self
+
     def predict(self, workloads: pd.DataFrame | Iterable[Mapping] | Mapping) -> pd.DataFrame:
         """Point prediction and interval per workload and column: ``<column>``, ``<column>_lo``, ``<column>_hi``."""
         import pandas as pd
@@ -158,11 +172,12 @@ class CostModelClient:
         return f"CostModelClient({self.uri!r}, target={self.target!r}, interval_level={self.interval_level})"
 
 
-def load_cost_model(uri: str, tracking_uri: str | None = None) -> CostModelClient:
+def load_cost_model(uri: str, tracking_uri: str | None = None, hardware=None) -> CostModelClient:
     """Load a logged or registered cost model (``models:/name@alias``, ``runs:/...``, a local path).
 
     ``tracking_uri`` is set as MLflow's process-wide tracking and registry URI (as ``mlflow.set_tracking_uri``);
-    it must exist (:func:`existing_store`).
+    it must exist (:func:`existing_store`). ``hardware``: GPUs the model was not trained with, added to its registry
+    (:meth:`CostModelClient.add_hardware`).
     """
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
@@ -171,4 +186,7 @@ def load_cost_model(uri: str, tracking_uri: str | None = None) -> CostModelClien
         existing_store(tracking_uri)
         mlflow.set_tracking_uri(tracking_uri)
         mlflow.set_registry_uri(tracking_uri)
-    return CostModelClient(load_pyfunc(uri), uri)
+    client = CostModelClient(load_pyfunc(uri), uri)
+    if hardware:
+        client.add_hardware(hardware)
+    return client

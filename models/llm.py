@@ -30,19 +30,20 @@ tensor, fp8_block, int8 W8A8, int8_wo / int4_wo weight-only); activations, atten
 bfloat16 (float16 for a float16 model); the KV cache in ``kv_dtype``. An fp8 GEMM's activation quantisation is
 taken as fused into the kernel before it (the engines' fusion passes).
 
-**Kernel costs** come through a small interface, :class:`KernelCoster` (kernel rows -> ``runtime_ms`` with
-``_lo`` / ``_hi``, ``in_domain``, ``costed_by``): :class:`PredictCoster` over a kernel cost model (the registered
-model, or a fitted one) and :class:`RooflineCoster`, the plain spec roofline: ``max(FLOPs / peak[dtype],
-bytes / bandwidth)`` per kernel, a collective ``latency + wire bytes / link bandwidth``. Both give a kernel's time
-as the project's kernel models do, timed back to back (a call never faster than its op family's host floor,
-``conf/execution.yaml``), so one composition serves both. An op the kernel model cannot cost (no physics for it yet,
-a dtype its hardware snapshot has no rate for) is costed by the roofline and marks the result out of domain.
+**Kernel costs** come through a small interface, :class:`KernelCoster` (kernel rows -> a kernel's device time
+``runtime_ms`` with ``_lo`` / ``_hi``, ``in_domain``, ``costed_by``): :class:`PredictCoster` over a kernel cost model
+(the registered model, or a fitted one), asked for the CUDA-graph harness (a kernel replayed without host dispatch,
+as aiconfigurator times the engines' kernels), and :class:`RooflineCoster`, the plain spec roofline:
+``max(FLOPs / peak[dtype], bytes / bandwidth)`` per kernel, a collective ``latency + wire bytes / link bandwidth``.
+An op the kernel model cannot cost (no physics for it, a dtype its hardware snapshot has no rate for) is costed by the
+roofline and marks the result out of domain.
 
-**A step's time** is the composition of its kernels by execution mode (``models.compose``, constants in
-``conf/execution.yaml``): a decode-only step as a CUDA-graph replay, a step with prefill tokens eager
-(``conf/llm.yaml`` ``execution``); with a power model, its power and energy.
+**A step's time** is the composition of its kernels' device times (``models.compose``, the modes' launch and
+per-kernel gap of ``conf/execution.yaml``, no host floor inside a device time): the serving engines replay their
+steps from CUDA graphs (vLLM's piecewise graphs, SGLang, TensorRT-LLM's runtime), decode-only and chunked-prefill
+steps alike (``conf/llm.yaml`` ``execution``); with a power model, its power and energy.
 
-**The serving law** (:func:`plan`, :func:`serve`; ``docs/decisions/0001-llm-serving-law.md``): ``C`` closed-loop
+**The serving law** (:func:`plan`, :func:`serve`; ``docs/decisions/0004-llm-serving-law.md``): ``C`` closed-loop
 clients, ``isl`` tokens in and ``osl`` out, on an engine with continuous batching and chunked prefill (a step holds
 at most ``token_budget`` tokens: the running sequences' decode tokens first, then prefill, ``P`` tokens of it).
 ``R`` requests run: all ``C`` on a paged KV cache (vLLM, SGLang: they preempt when it fills), at most the memory fit
@@ -576,18 +577,16 @@ def link_of(spec, conf: dict) -> tuple[float, float, str]:
 
 class RooflineCoster(KernelCoster):
     """The plain spec roofline (module docstring): ``max(FLOPs / peak[dtype], bytes / bandwidth)``; a collective
-    ``latency + wire bytes / link bandwidth``; as a back-to-back time, at least the op family's host floor."""
+    ``latency + wire bytes / link bandwidth``."""
 
     name = "roofline"
     has_domain = False
 
     def __init__(self, registry=None, conf: dict | None = None):
         from data.hardware import HardwareRegistry
-        from models.compose import load_execution
 
         self.registry = registry or HardwareRegistry.from_dir()
         self.conf = conf or load_conf()
-        self.execution = load_execution()["gpu"]
 
     def device_ms(self, kernels: pd.DataFrame, spec) -> np.ndarray:
         from features.tabular import peak_rate, roofline_s, unit_problem
@@ -611,11 +610,7 @@ class RooflineCoster(KernelCoster):
         return t * 1e3
 
     def cost(self, kernels: pd.DataFrame, hardware: str) -> pd.DataFrame:
-        from models.compose import families
-
-        spec = self.registry.get(hardware)
-        t = self.device_ms(kernels, spec)
-        t = np.maximum(t, self.execution.floor(families(kernels["op"])))
+        t = self.device_ms(kernels, self.registry.get(hardware))
         return pd.DataFrame(
             {
                 "runtime_ms": t,
@@ -631,15 +626,21 @@ class RooflineCoster(KernelCoster):
 
 class PredictCoster(KernelCoster):
     """A kernel cost model's ``predict(frame) -> frame`` (``runtime_ms`` + ends, optional ``in_domain``,
-    ``power_w``), asked one (op, dtype) group at a time; a group it cannot cost (a ``ValueError``: no physics for
-    the op, no rate for the dtype in its hardware snapshot) is costed by ``fallback`` and said so."""
+    ``power_w``), asked one (op, dtype) group at a time, for the timing ``harness`` where the model takes one (a
+    CUDA graph's device time); a group it cannot cost (a ``ValueError``: no physics for the op, no rate for the
+    dtype in its hardware snapshot) is costed by ``fallback`` and said so."""
 
     def __init__(
-        self, predict: Callable[[pd.DataFrame], pd.DataFrame], name: str, fallback: KernelCoster | None = None
+        self,
+        predict: Callable[[pd.DataFrame], pd.DataFrame],
+        name: str,
+        fallback: KernelCoster | None = None,
+        harness: str | None = None,
     ):
         self.predict = predict
         self.name = name
         self.fallback = fallback
+        self.harness = harness  # asked of a model that takes one (features.physics.HARNESSES): cuda_graph
 
     def cost(self, kernels: pd.DataFrame, hardware: str) -> pd.DataFrame:
         parts = []
@@ -648,6 +649,8 @@ class PredictCoster(KernelCoster):
             if (sub["kv_dtype"] != "").any():
                 cols.append("kv_dtype")
             frame = sub[cols].assign(hardware=hardware).reset_index(drop=True)
+            if self.harness:
+                frame["harness"] = self.harness
             try:
                 got = pd.DataFrame(self.predict(frame)).reset_index(drop=True)
             except ValueError as exc:
@@ -921,7 +924,8 @@ def compose_steps(pr: Prepared, allk: pd.DataFrame, registry=None, conf: dict | 
     from models.compose import load_execution, static_power
 
     conf = conf or load_conf()
-    ex = load_execution()["gpu"]
+    gpu = load_execution()["gpu"]
+    ex = dataclasses.replace(gpu, floor_ms={f: 0.0 for f in gpu.floor_ms})  # device times in: no host floor inside
     power = "power_w" in allk.columns and bool(pd.to_numeric(allk["power_w"], errors="coerce").notna().all())
     static_w = static_power(pr.spec, registry)[0] if power else None
     if not power:

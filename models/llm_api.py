@@ -38,30 +38,41 @@ REQUEST_COLUMNS = ("llm_config", "hardware", "tp", "ep", "dtype", "kv_dtype", "b
 
 
 def pyfunc_predict(loaded) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """A loaded pyfunc's ``predict`` with its input errors as ``ValueError`` (the one line the model raised)."""
-    from mlflow.exceptions import MlflowException
-
-    from models.pyfunc import INPUT_ERROR_PREFIX
+    """A loaded model's ``predict`` with its input errors as ``ValueError``: the lean loader's model raises
+    ``FeatureError`` (one already), MLflow's pyfunc its one-line ``MlflowException`` (MLflow is imported only then)."""
 
     def predict(frame: pd.DataFrame) -> pd.DataFrame:
         try:
             return loaded.predict(frame)
-        except MlflowException as exc:
-            raise ValueError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
+        except ValueError:
+            raise
+        except Exception as exc:
+            from mlflow.exceptions import MlflowException
+
+            from models.pyfunc import INPUT_ERROR_PREFIX
+
+            if isinstance(exc, MlflowException):
+                raise ValueError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
+            raise
 
     return predict
 
 
-def kernel_coster(model, tracking_uri: str | None = None, registry=None) -> KernelCoster:
-    """The kernel costs behind an LLM prediction: ``"roofline"``, or a kernel model (URI or loaded pyfunc) with the
-    roofline for what it cannot cost (``models.llm.PredictCoster``)."""
+def kernel_coster(model, tracking_uri: str | None = None, registry=None, name: str | None = None) -> KernelCoster:
+    """The kernel costs behind an LLM prediction: ``"roofline"``, or a kernel model (URI, or a loaded model: the
+    lean loader's or MLflow's pyfunc, ``name`` naming it) with the roofline for what it cannot cost
+    (``models.llm.PredictCoster``)."""
     if isinstance(model, str) and model == ROOFLINE:
         return RooflineCoster(registry)
     loaded = _load(model, tracking_uri)
     from models.networks_api import _registry
 
-    name = model if isinstance(model, str) else "kernel model"
-    return PredictCoster(pyfunc_predict(loaded), name, fallback=RooflineCoster(registry or _registry(loaded)))
+    name = name or (model if isinstance(model, str) else "kernel model")
+    meta = getattr(loaded.unwrap_python_model(), "meta", None) or {} if hasattr(loaded, "unwrap_python_model") else {}
+    harness = "cuda_graph" if meta.get("domain") else None  # a physics model times kernels in a CUDA graph too
+    return PredictCoster(
+        pyfunc_predict(loaded), name, fallback=RooflineCoster(registry or _registry(loaded)), harness=harness
+    )
 
 
 def _load(model, tracking_uri: str | None):
@@ -90,13 +101,14 @@ def predict_llm_config(
     power_model=None,
     tracking_uri: str | None = None,
     name: str | None = None,
+    model_name: str | None = None,
     **request,
 ) -> LLMPrediction:
     """``config`` (a config.json path, its JSON text or a dict) served on ``hardware`` (``request``: ``tp``, ``ep``,
     ``dtype``, ``kv_dtype``, ``batch``, ``isl``, ``osl``, ``kv_reserve``: ``models.llm.prepare``), costed with
-    ``model`` (module docstring)."""
+    ``model`` (module docstring; ``model_name`` names a loaded one)."""
     cfg = load_config(config, name)
-    coster = kernel_coster(model, tracking_uri)
+    coster = kernel_coster(model, tracking_uri, name=model_name)
     power = kernel_coster(power_model, tracking_uri) if power_model is not None else None
     registry = getattr(getattr(coster, "fallback", None), "registry", None) or getattr(coster, "registry", None)
     return predict_llm(cfg, hardware, coster, power=power, registry=registry, **request)
@@ -120,15 +132,18 @@ def _text_cell(row: Mapping, key: str) -> str | None:
     return str(v)
 
 
-def llm_rows(frame: pd.DataFrame, predict: Callable[[pd.DataFrame], pd.DataFrame], registry=None) -> pd.DataFrame:
+def llm_rows(
+    frame: pd.DataFrame, predict: Callable[[pd.DataFrame], pd.DataFrame], registry=None, harness: str | None = None
+) -> pd.DataFrame:
     """One LLM request per row (``llm_config``: the config.json as JSON text or an object, ``hardware``, ``tp``,
     ``batch``, ``isl``, ``osl``; optional ``ep``, ``dtype``, ``kv_dtype``) -> one row of figures each
     (``LLMPrediction.summary``), the kernels costed by ``predict`` (a kernel model's own) and the roofline where it
-    cannot. The served pyfunc's answer to an LLM request (REST)."""
+    cannot, for the timing ``harness`` where the model takes one. The served pyfunc's answer to an LLM request
+    (REST)."""
     from data.hardware import HardwareRegistry
 
     registry = registry or HardwareRegistry.from_dir()
-    coster = PredictCoster(predict, "served kernel model", fallback=RooflineCoster(registry))
+    coster = PredictCoster(predict, "served kernel model", fallback=RooflineCoster(registry), harness=harness)
     out = []
     for i, row in enumerate(frame.to_dict("records")):
         if not _text_cell(row, "hardware"):

@@ -234,7 +234,7 @@ def physics_coster(make, ds, seed: int, registry) -> PredictCoster:
         return got.rename(columns={"lo_ms": "runtime_ms_lo", "hi_ms": "runtime_ms_hi"})
 
     print(f"llm_serving: physics kernel model fitted on {len(rows)} pack rows ({', '.join(ds.sources)})")
-    return PredictCoster(predict, "physics", fallback=RooflineCoster(registry))
+    return PredictCoster(predict, "physics", fallback=RooflineCoster(registry), harness="cuda_graph")
 
 
 def registered_coster(uri: str, tracking_uri: str | None, registry) -> PredictCoster:
@@ -256,7 +256,7 @@ def evaluate_llm_serving(ds, seed: int, rows, registry, models: dict, out_dir) -
     print(f"llm_serving: {len(rows)} silicon rows ({', '.join(sorted(set(rows['model_path'])))})")
     out = Path(out_dir).resolve() / "public_eval"
     out.mkdir(parents=True, exist_ok=True)
-    if ds.get("fit_law"):  # the law's constants over a grid (docs/decisions/0001-llm-serving-law.md)
+    if ds.get("fit_law"):  # the law's constants over a grid (docs/decisions/0004-llm-serving-law.md)
         grid = fit_law(rows, coster, registry, load_conf())
         (out / f"{ds.get('table') or SPLIT}_fit.txt").write_text(grid.head(10).to_string(index=False) + "\n")
         print(grid.head(10).to_string(index=False))

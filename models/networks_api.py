@@ -183,10 +183,11 @@ _PREDICTED = ("runtime_ms", "power_w", "energy_j", "peak_mem_bytes")
 
 
 def predict_kernels(
-    kernels: pd.DataFrame, model, hardware: str, execution: str | None = None
+    kernels: pd.DataFrame, model, hardware: str, execution: str | None = None, where: str | None = None
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Per-kernel predictions of a workload frame on ``hardware`` and the network's total: composed under
-    ``execution`` (:func:`compose_total`), or by the plain rules (:func:`total`) when it is None."""
+    ``execution`` (:func:`compose_total`), or by the plain rules (:func:`total`) when it is None. ``where``: the
+    model's name in error lines (default its URI)."""
     from mlflow.exceptions import MlflowException
 
     from models.pyfunc import INPUT_ERROR_PREFIX
@@ -195,7 +196,7 @@ def predict_kernels(
         raise FeatureError("no kernel to cost")
     free_ops = int(kernels.attrs.get("free_ops", 0) or 0)
     loaded = _load(model)
-    check_signature(kernels, loaded, model if isinstance(model, str) else "the model")
+    check_signature(kernels, loaded, where or (model if isinstance(model, str) else "the model"))
     frame = kernels.drop(columns=[c for c in DESCRIBE if c in kernels.columns]).assign(hardware=hardware)
     frame = frame.astype({c: float for c in SHAPE_PARAMS if c in frame.columns})
     try:

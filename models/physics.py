@@ -750,6 +750,8 @@ class PhysicsModel(CostModel):
                     if (c.get("origin") == "fit") != fit:
                         continue
                     m = (modes if fit else keys) == c["key"]
+                    if "families" in c:  # a calibration kept for these op families only
+                        m &= np.isin(families_of(X), c["families"])
                     if m.any() and c.get("model") is not None:  # calibrated by a refit: that model's answer
                         floor[m], kernel[m], _ = c["model"]._parts(X[m])
                         which[m] = i
@@ -952,6 +954,23 @@ class PhysicsModel(CostModel):
                 )
             corr["method"] = "correction" if rounds >= 0 else "none"
         base_log = np.log(base_floor + base_kernel)
+        # never worse than the model's own answer: the new GPU's rows of an op family keep the correction only where
+        # it beats that answer out of fold on them; families of fewer than MIN_CALIBRATION_ROWS rows are judged
+        # together (and with all the rows where even together they are fewer)
+        families = families_of(X_new)
+        names, counts = np.unique(families, return_counts=True)
+        small = np.isin(families, names[counts < MIN_CALIBRATION_ROWS])
+        groups = [families == f for f in names[counts >= MIN_CALIBRATION_ROWS]]
+        groups.append(small if small.sum() >= MIN_CALIBRATION_ROWS else np.ones(len(families), bool) & small)
+        kept = []
+        for g in groups:
+            judged = g if g.sum() >= MIN_CALIBRATION_ROWS else np.ones(len(families), bool)
+            if g.any() and _mape(oof[judged], logy[judged]) < _mape(base_log[judged], logy[judged]):
+                kept += [str(f) for f in np.unique(families[g])]
+        if corr["method"] != "none":
+            corr["families"] = kept
+            oof = np.where(np.isin(families, kept), oof, base_log)
+        new.calibration_oof_ = pd.DataFrame({"family": families, "before": base_log, "after": oof, "measured": logy})
         corr.update(
             key=key,
             hardware=hardware or key,

@@ -9,6 +9,9 @@ columns) plus ``runtime_ms``, of ONE hardware. The model's ``calibrate`` (``mode
 from 10 rows a refit on the training rows the model keeps in its artifact plus the new rows; fewer rows, or an
 artifact without its rows, a floor scale, a kernel-time bias and a boosted correction chosen by cross-validation on
 the new rows) returns a model that predicts that hardware from what it measured and every other hardware as before.
+A calibration is registered only when it beats the model's own answer out of fold on the new rows, each op family
+keeping the correction only where it beats that answer on its rows (:func:`family_report`): otherwise
+:class:`NotBetter` says so and nothing is registered.
 
 :func:`calibrate_registered` logs a run (the rows as ``eval/calibration_rows.csv``, the model before on them and the
 correction out of fold as metrics ``calibrate/<hardware>/<metric>``, the served pyfunc with the new GPU's spec
@@ -77,6 +80,11 @@ class CalibrationError(ValueError):
     """Bad measurements or a model that cannot be calibrated (one line)."""
 
 
+class NotBetter(RuntimeError):
+    """A calibration that does not beat the model's own answer out of fold on the new GPU's rows: nothing is
+    registered (one line naming the errors before and after, per op family)."""
+
+
 @dataclass
 class Calibration:
     name: str
@@ -107,8 +115,10 @@ def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
     return m["name"], m["alias"], m["version"]
 
 
-def load_served(uri: str):
-    """The registered version behind ``uri`` and its served python model (``models.pyfunc.CostModelPyfunc``)."""
+def load_served(uri: str, hardware=None):
+    """The registered version behind ``uri`` and its served python model (``models.pyfunc.CostModelPyfunc``), with
+    the specs ``hardware`` (``models.specs.as_specs``) added to its registry: a GPU the model was not trained with,
+    logged with the calibrated version."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -121,6 +131,11 @@ def load_served(uri: str):
         inner = load_pyfunc(f"models:/{name}/{mv.version}").unwrap_python_model()
     except (MlflowException, OSError) as exc:
         raise CalibrationError(f"cannot load model {uri!r}: {str(exc).strip().splitlines()[0]}") from None
+    if hardware and hasattr(inner, "with_hardware"):
+        try:
+            inner.with_hardware(hardware)
+        except ValueError as exc:
+            raise CalibrationError(str(exc)) from None
     if not hasattr(inner, "model") or not callable(getattr(inner.model, "calibrate", None)):
         kind = getattr(getattr(inner, "model", None), "name", type(inner).__name__)
         raise CalibrationError(
@@ -217,6 +232,14 @@ def calibrate_registered(
     except ValueError as exc:  # the model's own check of the rows (one line)
         raise CalibrationError(str(exc).removeprefix("calibrate: ")) from None
     corr = model.corrections_[-1]
+    report = family_report(model)
+    if not corr["mape_out_of_fold"] < corr["mape_before"]:
+        raise NotBetter(
+            f"calibrating on {len(rows)} rows of {hw} does not beat the model's own answer out of fold "
+            f"({corr['mape_before']:.1f}% before, {corr['mape_out_of_fold']:.1f}% after; "
+            + ", ".join(f"{f} {b:.1f} -> {a:.1f}" for f, (b, a) in report.items())
+            + "): nothing registered"
+        )
     digest = sha256 or rows_sha256(rows)
     meta = dict(inner.meta)
     meta["calibrated"] = [
@@ -244,6 +267,8 @@ def calibrate_registered(
         f"calibrate/{hw}/mape_before": corr["mape_before"],
         f"calibrate/{hw}/mape_out_of_fold": corr["mape_out_of_fold"],
         f"calibrate/{hw}/log_halfwidth": float(corr["q"]),
+        **{f"calibrate/{hw}/family:{f}/mape_before": b for f, (b, _) in report.items()},
+        **{f"calibrate/{hw}/family:{f}/mape_out_of_fold": a for f, (_, a) in report.items()},
     }
     if "mape_refit_out_of_fold" in corr:  # a refit was tried (the kept way may be another)
         metrics[f"calibrate/{hw}/mape_refit_out_of_fold"] = corr["mape_refit_out_of_fold"]
@@ -287,6 +312,19 @@ def calibrate_registered(
         corr["mape_before"],
         corr["mape_out_of_fold"],
     )
+
+
+def family_report(model) -> dict[str, tuple[float, float]]:
+    """Per op family of the new GPU's rows, the MAPE (%) of the model's own answer and of the calibrated one out of
+    fold (``calibration_oof_`` of a calibrated ``models.physics.PhysicsModel``; empty for another model)."""
+    oof = getattr(model, "calibration_oof_", None)
+    if oof is None:
+        return {}
+    out = {}
+    for family, g in oof.groupby("family"):
+        before, after = (float(np.mean(np.abs(np.expm1(g[c] - g["measured"]))) * 100) for c in ("before", "after"))
+        out[str(family)] = (before, after)
+    return out
 
 
 def _experiment(name: str) -> None:

@@ -6,6 +6,8 @@
     costmodel predict --model models:/costmodel-runtime@champion --input mlp.mlir --dim %arg0:0=1024 --hardware <id>
     costmodel predict --model models:/costmodel-runtime@champion --torch pkg.module:factory \
         --example-input 1x3x224x224 [--example-input int64:1x128 ...] [--dtype float16] --hardware <id>
+    costmodel predict --model models:/costmodel-runtime@champion --input w.csv --hardware-spec b200.yaml
+    costmodel predict --server http://127.0.0.1:5000 --input w.csv          # a running costmodel serve answers
     costmodel models [--name costmodel-runtime]
     costmodel tune --space space.yaml --measure "python bench.py" [--budget 50] [--batch 5] | --cache kt.json.gz
     costmodel serve --model models:/costmodel-runtime@champion [--host 127.0.0.1] [--port 5000]
@@ -33,12 +35,16 @@ total. Ops with no workload mapping are named on stderr in one ``costmodel: warn
 The total of a kernel model's .mlir / --torch output composes the kernels by ``--execution`` (eager, cuda_graph,
 compiled; ``models/compose.py``): runtime, and with a power model (``costmodel-power``) power and energy per
 inference; ``sum_runtime_ms`` is the plain sum of the kernels.
-``costmodel models`` prints registered names, versions, aliases and their held-out metrics.
+``--hardware-spec FILE_OR_DIR`` (predict, serve, calibrate) adds GPUs the model was not trained with from their
+spec files (``models/specs.py``). The model is read from its own artifacts by the lean loader (``models/loader.py``:
+a ``models:/`` URI resolved through MLflow once, then cached); ``--server URL`` (or ``$COSTMODEL_SERVER`` when no
+``--model`` is given) asks a running ``costmodel serve`` instead (``models/client.py``).
+``costmodel models`` prints registered names, versions, aliases, their held-out metrics and each champion decision.
 ``costmodel llm`` serves a Hugging Face config.json (``models/llm.py``, ``docs/llm.md``): time to first token, time per
 output token, the batch's prefill, the decode step as the context grows, throughput, memory, the largest concurrency
 that fits, power and energy with a power model; text, or ``--format json``.
 ``costmodel serve`` answers MLflow's scoring protocol (``POST /invocations``) with one-line error bodies
-(``pipelines/serve.py``).
+(``pipelines/serve.py``) and prints where it listens.
 
 The store: ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``./outputs/mlflow.db`` when it exists. Reading
 never creates a store: a sqlite file that does not exist is refused (one line naming it), and a ``models:/`` or
@@ -100,10 +106,10 @@ def _needs_store(model: str | None) -> bool:
     return model is None or model.split(":", 1)[0] in ("models", "runs")
 
 
-def _set_uri(arg: str | None, model: str | None = None) -> str | None:
-    """Point MLflow at the store a reading command reads (``--tracking-uri``, ``$MLFLOW_TRACKING_URI``, else
-    ``./outputs/mlflow.db`` when present). It must exist (``models.api.existing_store``): reading never creates a
-    store. With no store, only a model given as a local folder can be read (returns None, MLflow untouched)."""
+def _store(arg: str | None, model: str | None = None) -> str | None:
+    """The store a reading command reads (``--tracking-uri``, ``$MLFLOW_TRACKING_URI``, else ``./outputs/mlflow.db``
+    when present). It must exist (``models.api.existing_store``): reading never creates a store. With no store, only
+    a model given as a local folder can be read (None)."""
     uri = _tracking_uri(arg)
     if uri is None:
         if not _needs_store(model):
@@ -118,24 +124,54 @@ def _set_uri(arg: str | None, model: str | None = None) -> str | None:
         existing_store(uri)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    import mlflow
-
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
     return uri
 
 
-def _load_model(args):
+def _set_uri(arg: str | None, model: str | None = None) -> str | None:
+    """:func:`_store`, and MLflow pointed at it (for the commands that read the store through MLflow)."""
+    uri = _store(arg, model)
+    if uri is not None:
+        import mlflow
+
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
+    return uri
+
+
+def _is_mlflow_error(exc: BaseException) -> bool:
+    """An MLflow exception, told apart without importing MLflow (the lean path never does)."""
+    return any(c.__name__ == "MlflowException" and c.__module__.startswith("mlflow") for c in type(exc).__mro__)
+
+
+def _load_model(args, lean: bool = True):
+    """The model of ``--model`` with the specs of ``--hardware-spec`` added: the lean loader's (``models.loader``:
+    no MLflow import when the resolved URI is cached), or MLflow's pyfunc (``lean=False``: a scoring server)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from mlflow.exceptions import MlflowException
+    from models.loader import load
 
-    from models.api import load_pyfunc
-
-    _set_uri(args.tracking_uri, args.model)
+    uri = _store(args.tracking_uri, args.model)
+    specs = _hardware_specs(args)
     try:
-        return load_pyfunc(args.model)
-    except (MlflowException, OSError) as exc:
+        return load(args.model, uri, hardware=specs, lean=lean)
+    except OSError as exc:
         raise CliError(f"cannot load model {_echo(args.model)}: {_first_line(exc)}") from None
+    except Exception as exc:
+        if _is_mlflow_error(exc):
+            raise CliError(f"cannot load model {_echo(args.model)}: {_first_line(exc)}") from None
+        raise
+
+
+def _hardware_specs(args) -> list | None:
+    """The specs of ``--hardware-spec`` (files or folders of ``conf/hardware/<id>.yaml``'s fields)."""
+    paths = getattr(args, "hardware_spec", None)
+    if not paths:
+        return None
+    from models.specs import read_specs
+
+    try:
+        return read_specs(paths)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _echo(value: str, limit: int = 120) -> str:
@@ -238,6 +274,12 @@ def _write(out, output: str | None, fmt: str) -> int:
 def predict(args) -> int:
     fmt = _output_format(args)
     _check_sources(args)
+    if not args.server and not args.model and os.environ.get("COSTMODEL_SERVER"):
+        args.server = os.environ["COSTMODEL_SERVER"]
+    if args.server:
+        return _write(_predict_remote(args), args.output, fmt)
+    if not args.model:
+        raise CliError("give --model (a model URI) or --server (a running costmodel serve)")
     if args.torch:
         return _write(_predict_torch(args), args.output, fmt)
     in_fmt = _input_format(args)
@@ -249,10 +291,9 @@ def predict(args) -> int:
     model = _load_model(args)
 
     import pandas as pd
-    from mlflow.exceptions import MlflowException
 
     from features.tabular import FeatureError
-    from models.pyfunc import INPUT_ERROR_PREFIX
+    from models.serving import INPUT_ERROR_PREFIX
 
     network = _takes_networks(model)
     if in_fmt == "mlir" and network:  # a whole-network model: the module is one row
@@ -266,17 +307,39 @@ def predict(args) -> int:
         preds = model.predict(workloads.drop(columns=["mlir_op", "node", "input"], errors="ignore"))
     except FeatureError as exc:
         raise CliError(str(exc)) from None
-    except MlflowException as exc:
+    except Exception as exc:
+        if not _is_mlflow_error(exc):
+            raise
         if exc.message.startswith(INPUT_ERROR_PREFIX):  # the featurizer's one line, raised inside the pyfunc
             raise CliError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
         raise CliError(f"bad input: {_schema_reason(str(exc))}") from None
     _warn_domain(preds)
+    _warn_sol(preds)
     out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True), rsuffix="_predicted")
     if network:  # the module text is the input, not an output column
         out = out.drop(columns=["mlir"])
     elif in_fmt == "mlir":  # one row per recognised kernel plus their total
         out = _with_total(out, list(preds.columns), args.hardware, args.execution, model)
     return _write(out, args.output, fmt)
+
+
+def _predict_remote(args):
+    """``--server URL``: the input table predicted by a running ``costmodel serve`` (``models.client``)."""
+    if args.torch or args.dim or args.hardware or args.hardware_spec or args.model:
+        raise CliError("--server takes a workload table (--input) alone: the server has the model and its specs")
+    in_fmt = _input_format(args)
+    if in_fmt == "mlir":
+        raise CliError("--server takes workload tables (.csv, .jsonl, .json); give a .mlir input to --model")
+    from models.client import RemoteError, predict_remote, read_table
+
+    data = sys.stdin.buffer.read() if args.input == STDIO else _read_file(args.input)
+    try:
+        workloads = read_table(data, in_fmt, _input_name(args))
+        preds = predict_remote(args.server, workloads)
+    except RemoteError as exc:
+        raise CliError(str(exc)) from None
+    _warn_domain(preds)
+    return workloads.reset_index(drop=True).join(preds.reset_index(drop=True), rsuffix="_predicted")
 
 
 def _input_name(args) -> str:
@@ -328,6 +391,18 @@ def _warn_domain(preds) -> None:
         )
 
 
+def _warn_sol(preds) -> None:
+    """One warning line with the count of rows whose predicted runtime was under the speed of light of their spec
+    (``models.sol``: raised to it)."""
+    below = int(preds.attrs.get("below_sol", 0) or 0)
+    if below:
+        print(
+            f"costmodel: warning: {below} of {len(preds)} rows predicted faster than their hardware's speed of light "
+            "(FLOPs at peak, bytes at bandwidth): raised to it",
+            file=sys.stderr,
+        )
+
+
 def _warn_unmapped(line: str) -> None:
     if line:
         print(f"costmodel: warning: {line}", file=sys.stderr)
@@ -356,9 +431,9 @@ def _predict_torch(args):
     _warn_unmapped(unmapped_line(unmapped))
     if kernels.attrs.get("capture_note"):
         print(f"costmodel: note: {kernels.attrs['capture_note']}", file=sys.stderr)
-    _set_uri(args.tracking_uri, args.model)
+    model = _load_model(args)
     try:
-        per_kernel, total = predict_kernels(kernels, args.model, args.hardware, args.execution)
+        per_kernel, total = predict_kernels(kernels, model, args.hardware, args.execution, where=args.model)
     except FeatureError as exc:
         raise CliError(str(exc)) from None
     row = {"node": "total", "hardware": args.hardware, **total}
@@ -470,10 +545,10 @@ def tune(args) -> int:
 
 
 def serve(args) -> int:
-    model = _load_model(args)
+    model = _load_model(args, lean=False)
     from pipelines.serve import run
 
-    run(model, host=args.host, port=args.port)
+    run(model, host=args.host, port=args.port, name=args.model, note=lambda line: print(line, file=sys.stderr))
     return 0
 
 
@@ -485,7 +560,14 @@ def calibrate(args) -> int:
 
     import mlflow  # noqa: F401 - imported first: its import sets its loggers' level
 
-    from pipelines.calibrate import CalibrationError, calibrate_registered, choose_sweep, load_served, measure_sweep
+    from pipelines.calibrate import (
+        CalibrationError,
+        NotBetter,
+        calibrate_registered,
+        choose_sweep,
+        load_served,
+        measure_sweep,
+    )
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     if bool(args.measurements) == bool(args.measure):
@@ -504,9 +586,10 @@ def calibrate(args) -> int:
         except FeatureError as exc:
             raise CliError(str(exc)) from None
         digest, source = hashlib.sha256(path.read_bytes()).hexdigest(), str(path)
+    specs = _hardware_specs(args)
     _set_uri(args.tracking_uri, args.model)
     try:
-        served = load_served(args.model)
+        served = load_served(args.model, hardware=specs)
         if args.measure:
             sweep = choose_sweep(served[2], args.hardware, args.budget or 60)
             rows, digest, source = measure_sweep(sweep, args.hardware, served[2].registry), None, "measure"
@@ -523,6 +606,9 @@ def calibrate(args) -> int:
         )
     except CalibrationError as exc:
         raise CliError(str(exc)) from None
+    except NotBetter as exc:  # a valid request whose answer is "no better model": said, nothing registered
+        print(f"costmodel: calibrate: {exc}", file=sys.stderr)
+        return 1
     print(f"models:/{result.name}/{result.version}")
     return 0
 
@@ -534,17 +620,20 @@ def llm(args) -> int:
     from models.llm import LLMError
     from models.llm_api import ROOFLINE, predict_llm_config, report_json, report_text
 
-    uri = None
-    if args.model != ROOFLINE or args.power_model:
-        try:
-            uri = _set_uri(args.tracking_uri, args.power_model if args.model == ROOFLINE else args.model)
-        except CliError as exc:
-            raise CliError(f"{exc}; or --model roofline (the plain spec roofline needs no store)") from None
+    model = power = None
+    try:  # the lean loader (models.loader): no MLflow import when the resolved model is cached
+        model = args.model if args.model == ROOFLINE else _load_model(args)
+        power = (
+            _load_model(argparse.Namespace(**{**vars(args), "model": args.power_model})) if args.power_model else None
+        )
+    except CliError as exc:
+        hint = "; or --model roofline (the plain spec roofline needs no store)" if "no MLflow store" in str(exc) else ""
+        raise CliError(f"{exc}{hint}") from None
     try:
         res = predict_llm_config(
             args.config,
             args.hardware,
-            args.model,
+            model,
             tp=args.tp,
             ep=args.ep,
             dtype=args.dtype,
@@ -552,8 +641,8 @@ def llm(args) -> int:
             batch=args.batch,
             isl=args.isl,
             osl=args.osl,
-            power_model=args.power_model,
-            tracking_uri=uri,
+            power_model=power,
+            model_name=args.model,
         )
     except LLMError as exc:
         raise CliError(str(exc)) from None
@@ -610,7 +699,20 @@ def _add_calibrate(sub) -> None:
         help="auto (default): whichever of none, a correction and a refit does best out of fold on the rows",
     )
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
+    _add_hardware_spec(p)
     p.set_defaults(func=calibrate)
+
+
+def _budget(text: str) -> int | float:
+    """``--budget``: an integer (a count) stays an int, a decimal (a fraction of the space up to 1.0) a float."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
 def _add_tune(sub) -> None:
@@ -620,7 +722,11 @@ def _add_tune(sub) -> None:
     src.add_argument("--space", help="tunables and their values (+ optional restrictions), .yaml or .json")
     src.add_argument("--cache", help="replay a Kernel Tuner cache (.json / .json.gz) as the measure function")
     p.add_argument("--measure", help="shell command: reads one config as JSON on stdin, prints its runtime in ms")
-    p.add_argument("--budget", type=float, help="measurements: a count, or a fraction of the space if < 1")
+    p.add_argument(
+        "--budget",
+        type=_budget,
+        help="measurements: a count (50), or a fraction of the space written with a decimal point (0.05; 1.0: all)",
+    )
     p.add_argument("--batch", type=int, help="configurations per round")
     p.add_argument("--strategy", help="thompson, ei, greedy or random")
     p.add_argument("--prior", help="measurements elsewhere (.csv/.json/.jsonl: tunables, runtime_ms[, hardware])")
@@ -633,12 +739,28 @@ def _add_tune(sub) -> None:
 TRACKING_HELP = "MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db if present)"
 
 
+def _add_hardware_spec(p) -> None:
+    p.add_argument(
+        "--hardware-spec",
+        action="append",
+        metavar="FILE_OR_DIR",
+        help="a GPU the model was not trained with: its spec (conf/hardware/<id>.yaml's fields), or a folder of "
+        "them; repeatable",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="costmodel", description="Surrogate cost models for ML kernels.")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict costs for workloads with a registered or logged model")
-    p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")
+    p.add_argument("--model", help="model URI, e.g. models:/costmodel-runtime@champion")
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="ask a running `costmodel serve` at URL instead of loading a model (default without --model: "
+        "$COSTMODEL_SERVER)",
+    )
     p.add_argument("--input", help="workloads as .csv, .jsonl, .json (array of records) or .mlir; - reads stdin")
     p.add_argument(
         "--input-format",
@@ -669,6 +791,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=["csv", "jsonl", "json"], help="output format (default: from --output, else csv)"
     )
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
+    _add_hardware_spec(p)
     p.add_argument("--hardware", help="hardware id for .mlir / --torch input (its kernels are predicted on it)")
     p.add_argument(
         "--execution",
@@ -689,8 +812,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve a model over REST (MLflow's scoring protocol, one-line error bodies)")
     p.add_argument("--model", required=True, help="model URI, e.g. models:/costmodel-runtime@champion")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    p.add_argument("--port", type=int, default=5000, help="port (default 5000; 0: any free port, printed at start)")
     p.add_argument("--tracking-uri", help=TRACKING_HELP)
+    _add_hardware_spec(p)
     p.set_defaults(func=serve)
 
     _add_calibrate(sub)
@@ -715,5 +839,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def entry() -> None:
+    """The ``costmodel`` process: :func:`main`, then, after ``predict`` (which writes no store), the process ends
+    without the interpreter's teardown of torch and XGBoost (most of a short call's exit): the output is flushed
+    first, and an ``--output`` file was already moved into place."""
+    rc = main()
+    if len(sys.argv) > 1 and sys.argv[1] == "predict":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,6 +1,6 @@
 """Import public datasets into the measurement schema: one parquet file per source.
 
-    python -m pipelines.import_data source=neusight          # or kerneltuner, wa_hls4ml, hopper, all
+    python -m pipelines.import_data source=neusight  # or kerneltuner, wa_hls4ml, hopper, deepbench, aiconfigurator, all
     python -m pipelines.import_data 'source=[hopper,wa_hls4ml]'
     python -m pipelines.import_data source=all data_root=/path/to/shared/data paths.output_dir=out
     python -m pipelines.import_data source=reference      # regenerate the shipped pack reference/ (data/reference.py)

@@ -131,7 +131,7 @@ def _recipes(exp, cfg) -> None:
     print("List registered versions, aliases and held-out metrics:")
     print(f"  costmodel models --tracking-uri {uri}")
     print("Browse runs, metrics and plots:")
-    print(f"  mlflow ui --backend-store-uri {uri} --port 5000")
+    print(f"  mlflow ui --backend-store-uri {uri} --port 5000   # Ctrl-C stops it and the server process it starts")
 
 
 # --------------------------------------------------------------------------- power surrogate

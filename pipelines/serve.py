@@ -88,8 +88,22 @@ def build_app(model):
     return app
 
 
-def run(model, host: str = "127.0.0.1", port: int = 5000) -> None:
-    """Serve ``model`` until interrupted (uvicorn, one worker)."""
+def run(model, host: str = "127.0.0.1", port: int = 5000, name: str = "the model", note=print) -> None:
+    """Serve ``model`` until interrupted (uvicorn, one worker). Once the socket listens, ``note`` gets one line saying
+    where (the port the OS gave for ``port=0``) and how to stop it; a port that cannot be bound ends the process
+    with uvicorn's error line."""
     import uvicorn
 
-    uvicorn.run(build_app(model), host=host, port=port, log_level="warning")
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            if self.started:
+                bound = [s.getsockname() for srv in self.servers for s in srv.sockets]
+                where = ", ".join(f"http://{_host(a[0])}:{a[1]}" for a in bound) or f"http://{_host(host)}:{port}"
+                note(f"costmodel: serving {name} on {where} (POST /invocations, GET /ping); Ctrl-C or SIGTERM stops it")
+
+    Server(uvicorn.Config(build_app(model), host=host, port=port, log_level="warning")).run()
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address

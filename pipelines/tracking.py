@@ -4,10 +4,13 @@
 Registry lifecycle (:func:`register`): every training run registers its best model as a new version;
 the version carries its held-out metrics (``test_<metric>``) and the identity of the held-out split
 (``split_name``, ``split_seed``, ``split_test_size``, ``dataset_sha256``, ``heldout_shapes_sha256``) as
-tags. The alias (``champion``) moves to the new version only if it is strictly better than the current
-champion *on the same held-out rows*:
+tags. The alias (``champion``) moves to the new version only if it is better than the current champion *on the
+same held-out rows*, beyond the spread of those rows: a paired bootstrap of both models' predictions of the same
+rows, resampling held-out shapes (:func:`compare_rows`, ``models.compare``; :data:`PROMOTION`, a job's
+``register.promotion``). The champion's predictions of the rows:
 
-* same split identity (all five tags equal): the champion's stored ``test_<metric>`` tag is compared;
+* same split identity (all five tags equal): its own stored held-out predictions (its run's
+  ``eval/heldout_predictions.csv``, paired by :func:`row_keys`);
 * otherwise the champion is loaded from the registry and re-evaluated on this run's held-out rows, and
   both are compared there (on the rows the champion can featurize, e.g. hardware it knows), less the rows the
   champion was trained on: each run keeps its registered fit's training rows as keys
@@ -16,8 +19,11 @@ champion *on the same held-out rows*:
   whose GEMM sample grew 10x: the champion of the larger sample 8.6% MAPE on the new run's rows, 10.4 for the
   new model). A champion logged before the keys is compared on every row, which favours it.
 
-The decision and the numbers it used are stored as tags on the new version (``champion_decision``,
-``champion_compared_on``, ``champion_<metric>``) and :func:`list_versions` shows them.
+A caller with no held-out rows (``heldout=None``) compares the stored ``test_<metric>`` tags of the same split.
+
+The decision and the numbers it used are stored as tags on the new version (``champion_decision``: both values, the
+difference with its bootstrap interval and the verdict; ``champion_compared_on``, ``champion_<metric>``,
+``champion_<metric>_difference``) and :func:`list_versions` shows them.
 
 Concurrency: several jobs may share one store. Creating a store (its tables, the experiment) and moving the alias
 are serialised by a lock (:func:`store_lock`: a file lock beside a sqlite file, released by the OS if its holder dies;
@@ -54,12 +60,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from models.api import load_pyfunc
 from models.base import CostModel
+from models.compare import paired_difference
 from models.evaluate import regression_metrics
 
 # direction of each selectable held-out metric
 LOWER_IS_BETTER = {"mape": True, "medape": True, "r2_log": False, "kendall_tau": False}
 SPLIT_TAGS = ("split_name", "split_seed", "split_test_size", "dataset_sha256", "heldout_shapes_sha256")
 TRAIN_KEYS_FILE = "training_keys.npy"  # in a run's eval/ artifacts: its registered fit's training rows (row_keys)
+HELDOUT_FILE = "heldout_predictions.csv"  # in a run's eval/ artifacts: its registered fit's held-out predictions
+# the champion rule's paired comparison (models.compare): the challenger better on at least `level` of `resamples`
+# bootstrap resamples of the held-out shapes, and by more than `margin` x the champion's value
+PROMOTION = {"level": 0.95, "resamples": 1000, "margin": 0.0, "seed": 0}
 
 
 def tracking_uri(configured: str | None, output_dir: Path) -> str:
@@ -442,14 +453,28 @@ def _champion_train_keys(run_id: str | None) -> np.ndarray | None:
 def _rescore_champion(
     uri: str, heldout: pd.DataFrame, target: str, metric: str, trained: np.ndarray | None = None
 ) -> tuple[float, float, int, int]:
-    """Load the champion and score it and the challenger on the held-out rows it can featurize and was not trained
-    on (``trained``: its training keys, :func:`row_keys`).
+    """:func:`_champion_rows` scored: (champion value, challenger value, rows compared, rows left out)."""
+    rows, left_out = _champion_rows(uri, heldout, target, trained)
+    champ = regression_metrics(rows[target], rows[CHAMPION_PRED])[metric]
+    new = regression_metrics(rows[target], rows[f"pred_{target}"])[metric]
+    return champ, new, len(rows), left_out
+
+
+CHAMPION_PRED = "champion_pred"  # the champion's prediction of a compared row (:func:`_champion_rows`)
+
+
+def _champion_rows(
+    uri: str, heldout: pd.DataFrame, target: str, trained: np.ndarray | None = None
+) -> tuple[pd.DataFrame, int]:
+    """Load the champion and predict the held-out rows it can featurize and was not trained on (``trained``: its
+    training keys, :func:`row_keys`).
 
     ``heldout`` holds workload descriptions, the target and the challenger's ``pred_<target>``.
     Rows are tried per hardware id, so hardware the champion never knew is left out rather than
-    failing the whole comparison. Returns (champion value, challenger value, rows compared, rows left out as the
-    champion's training rows; every row is compared where it trained on all of them).
-    :class:`ChampionUnusable` when it cannot be loaded or featurizes no row; any other error propagates.
+    failing the whole comparison. Returns (the compared rows with the champion's prediction as
+    :data:`CHAMPION_PRED`, rows left out as the champion's training rows; every row is compared where it trained on
+    all of them). :class:`ChampionUnusable` when it cannot be loaded or featurizes no row; any other error
+    propagates.
     """
     champion = _load_champion(uri)
     describe = [c for c in heldout.columns if c not in (target, f"pred_{target}")]
@@ -469,10 +494,32 @@ def _rescore_champion(
         preds.append(np.asarray(out[target], dtype=float))
     if not kept:
         raise ChampionUnusable("cannot featurize any held-out row (no hardware in common)")
-    rows = pd.concat(kept)
-    champ = regression_metrics(rows[target], np.concatenate(preds))[metric]
-    new = regression_metrics(rows[target], rows[f"pred_{target}"])[metric]
-    return champ, new, len(rows), left_out
+    return pd.concat(kept).assign(**{CHAMPION_PRED: np.concatenate(preds)}), left_out
+
+
+def _stored_rows(run_id: str | None, heldout: pd.DataFrame, target: str) -> pd.DataFrame | None:
+    """The challenger's held-out rows with the champion's own stored predictions of them (its run's
+    ``eval/heldout_predictions.csv``, paired by :func:`row_keys`), where the champion was scored on the same rows;
+    None where it has no such file or its rows are not these."""
+    if not run_id:
+        return None
+    client = MlflowClient()
+    if HELDOUT_FILE not in {Path(a.path).name for a in client.list_artifacts(run_id, "eval")}:
+        return None
+    stored = pd.read_csv(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"eval/{HELDOUT_FILE}"))
+    describe = [c for c in heldout.columns if c not in (target, f"pred_{target}")]
+    if f"pred_{target}" not in stored.columns or not set(describe) <= set(stored.columns):
+        return None
+    if len(stored) != len(heldout):
+        return None
+    keys, ours = row_keys(stored[describe]), row_keys(heldout[describe])
+    preds = stored[f"pred_{target}"].to_numpy(float)
+    if not (keys == ours).all():  # the same rows in another order: paired by key where every key is one row's
+        theirs = pd.Series(preds, index=keys)
+        if theirs.index.has_duplicates or not np.isin(ours, keys).all():
+            return None
+        preds = theirs.loc[ours].to_numpy()
+    return heldout.assign(**{CHAMPION_PRED: preds})
 
 
 def _champion(client: MlflowClient, name: str, alias: str):
@@ -492,11 +539,13 @@ def register(
     target: str,
     select_metric: str,
     model_name: str = "",
+    promotion: dict | None = None,
 ) -> Decision:
     """Register ``model_uri`` as a new version of ``name``; move ``alias`` only if it beats the champion.
 
     ``metrics`` are the held-out metrics over all hardware, ``split`` the split identity
-    (:func:`split_identity`), ``heldout`` this run's held-out rows with the challenger's predictions.
+    (:func:`split_identity`), ``heldout`` this run's held-out rows with the challenger's predictions, ``promotion``
+    the paired comparison's options (:data:`PROMOTION`; ``register.promotion`` in a job's config).
     The comparison and the alias move happen under :func:`champion_lock`, against the champion of that moment.
     """
     client = MlflowClient()
@@ -510,7 +559,7 @@ def register(
         current = _champion(client, name, alias)
         try:
             promoted, reason, compared = _decide(
-                current, metrics[select_metric], name, alias, split, heldout, target, select_metric
+                current, metrics[select_metric], name, alias, split, heldout, target, select_metric, promotion
             )
         except Exception as exc:  # not decided: say so on the version (if the store answers), keep the alias
             with contextlib.suppress(Exception):
@@ -528,33 +577,89 @@ def register(
     )
 
 
+def compare_rows(rows: pd.DataFrame, target: str, metric: str, promotion: dict | None = None):
+    """The paired comparison (``models.compare.paired_difference``) of the challenger's ``pred_<target>`` and the
+    champion's :data:`CHAMPION_PRED` on ``rows``, resampling held-out shapes: rows with the same description but
+    their hardware (one workload on several GPUs). ``promotion``: :data:`PROMOTION`'s options."""
+    describe = [c for c in rows.columns if c not in (target, f"pred_{target}", CHAMPION_PRED, "hardware")]
+    options = {**PROMOTION, **(promotion or {})}
+    return paired_difference(
+        metric,
+        rows[target],
+        rows[f"pred_{target}"],
+        rows[CHAMPION_PRED],
+        clusters=row_keys(rows[describe]) if describe else None,
+        resamples=int(options["resamples"]),
+        level=float(options["level"]),
+        margin=float(options["margin"]),
+        seed=int(options["seed"]),
+    )
+
+
 def _decide(
-    current, new_value: float, name: str, alias: str, split: dict, heldout: pd.DataFrame, target: str, metric: str
+    current,
+    new_value: float,
+    name: str,
+    alias: str,
+    split: dict,
+    heldout: pd.DataFrame | None,
+    target: str,
+    metric: str,
+    promotion: dict | None = None,
 ) -> tuple[bool, str, dict[str, str]]:
-    """(promoted, reason, tags recording the comparison) of a challenger scoring ``new_value`` against ``current``."""
+    """(promoted, reason, tags recording the comparison) of a challenger scoring ``new_value`` against ``current``.
+
+    With held-out rows, both models' predictions of the same rows are compared by a paired bootstrap
+    (``models.compare``, options ``promotion``: ``level``, ``resamples``, ``margin``, ``seed``): the alias moves only
+    if the challenger is better beyond the rows' spread. Without rows (a caller that has only the metric), the
+    stored values are compared."""
     if current is None:
         return True, f"first version with alias @{alias}", {}
-    same = all(current.tags.get(k) == split[k] for k in SPLIT_TAGS) and f"test_{metric}" in current.tags
-    if same:
+    same = all(current.tags.get(k) == split[k] for k in SPLIT_TAGS)
+    rows = None
+    if heldout is None or heldout.empty:
+        if not (same and f"test_{metric}" in current.tags):
+            raise ValueError("no held-out rows to compare the challenger with a champion scored on another split")
         old_value, how = float(current.tags[f"test_{metric}"]), "stored tags, same held-out split"
-    else:
+        promoted = _better(metric, new_value, old_value)
+        reason = f"{metric} {new_value:.4g} vs champion v{current.version} {old_value:.4g} ({how}): " + (
+            "promoted" if promoted else "champion kept"
+        )
+        return promoted, reason, {f"champion_{metric}": f"{old_value:.6g}", "champion_compared_on": how}
+    if same:
+        rows = _stored_rows(current.run_id, heldout, target)
+        how = f"the champion's stored predictions of the same held-out rows (n={len(heldout)})"
+    if rows is None:
         trained = _champion_train_keys(current.run_id)
         try:
-            old_value, new_value, n, left_out = _rescore_champion(
-                f"models:/{name}/{current.version}", heldout, target, metric, trained
-            )
+            rows, left_out = _champion_rows(f"models:/{name}/{current.version}", heldout, target, trained)
         except ChampionUnusable as exc:  # it cannot defend its alias
             return True, f"champion v{current.version} {exc}: promoted", {}
-        how = f"champion re-evaluated on this run's held-out rows (n={n})"
+        how = f"champion re-evaluated on this run's held-out rows (n={len(rows)})"
         if left_out:
             how = (
-                f"champion re-evaluated on this run's held-out rows it was not trained on (n={n}; {left_out} left out)"
+                f"champion re-evaluated on this run's held-out rows it was not trained on "
+                f"(n={len(rows)}; {left_out} left out)"
             )
-    promoted = _better(metric, new_value, old_value)
-    reason = f"{metric} {new_value:.4g} vs champion v{current.version} {old_value:.4g} ({how}): " + (
-        "promoted" if promoted else "champion kept"
+    cmp = compare_rows(rows, target, metric, promotion)
+    promoted = cmp.beats()
+    verdict = (
+        "promoted"
+        if promoted
+        else "champion kept (not better beyond the run-to-run spread)"
+        if _better(metric, cmp.new, cmp.old)
+        else "champion kept"
     )
-    return promoted, reason, {f"champion_{metric}": f"{old_value:.6g}", "champion_compared_on": how}
+    reason = f"{metric} {cmp.new:.4g} vs champion v{current.version} {cmp.old:.4g} ({how}; {cmp.describe()}): {verdict}"
+    return (
+        promoted,
+        reason,
+        {
+            f"champion_{metric}": f"{cmp.old:.6g}",
+            "champion_compared_on": how,
+            f"champion_{metric}_difference": f"{cmp.difference:.6g} [{cmp.lo:.6g}, {cmp.hi:.6g}]",
+        },
+    )
 
 
 def list_versions(name: str | None = None) -> pd.DataFrame:

@@ -32,6 +32,7 @@ import gzip
 import itertools
 import json
 import math
+import numbers
 import re
 import subprocess
 from collections.abc import Callable
@@ -259,11 +260,19 @@ def prior_scores(path: str | Path, space: Space, seed: int = 0) -> np.ndarray:
     return np.asarray(model.predict(X_space), float)
 
 
-def budget_count(budget: float, n: int) -> int:
-    """``budget`` < 1 is a fraction of the space, else a count; at most the space."""
-    if not budget > 0:
-        raise ValueError(f"budget must be > 0 (a fraction < 1 or a count), got {budget}")
-    return min(n, math.ceil(budget * n) if budget < 1 else int(budget))
+def budget_count(budget: float | int, n: int) -> int:
+    """How many configurations a budget measures, at most the space: an integer is a count; a number written with a
+    decimal point (a float) up to 1.0 is a fraction of the space (``1.0``: all of it), above 1 a count that must be
+    whole (``50.0`` = 50)."""
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not budget > 0:
+        raise ValueError(f"budget must be > 0 (a count, or a fraction of the space up to 1.0), got {budget!r}")
+    if isinstance(budget, numbers.Integral):
+        return min(n, int(budget))
+    if budget <= 1:
+        return min(n, max(1, math.ceil(float(budget) * n - 1e-9)))
+    if not float(budget).is_integer():
+        raise ValueError(f"budget {budget}: a count is a whole number (a fraction of the space is at most 1.0)")
+    return min(n, int(budget))
 
 
 @dataclass

@@ -69,6 +69,19 @@ def restore_mlflow_uris():
             os.environ[k] = v
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _model_cache(tmp_path_factory):
+    """The lean loader's cache of resolved models (``models.loader.cache_dir``) in the session's temp folder, for
+    the tests and the processes they start, never the user's ``~/.cache``."""
+    previous = os.environ.get("COSTMODEL_CACHE_DIR")
+    os.environ["COSTMODEL_CACHE_DIR"] = str(tmp_path_factory.mktemp("model-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("COSTMODEL_CACHE_DIR", None)
+    else:
+        os.environ["COSTMODEL_CACHE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def registry() -> HardwareRegistry:
     return HardwareRegistry.from_dir()

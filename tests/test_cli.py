@@ -243,3 +243,54 @@ def test_calibrate_method_choices_are_the_models():
     calibrate = build_parser()._subparsers._group_actions[0].choices["calibrate"]
     method = next(a for a in calibrate._actions if a.dest == "method")
     assert tuple(method.choices) == CALIBRATION_METHODS and method.default == CALIBRATION_METHODS[0]
+
+
+def test_a_token_model_given_float_inputs_says_to_give_int64_ids(capsys):
+    """``--example-input 8x512 --dtype bfloat16`` on a token model: one line naming the integer form, before any
+    model or store is read (not a torch.export trace)."""
+    rc, out, err = cli_in_process(
+        capsys, "predict", "--model", MODEL, "--torch", "tests.torch_models:tiny_lm", "--example-input", "8x512",
+        "--dtype", "bfloat16", "--hardware", "H100-SXM",
+    )  # fmt: skip
+    assert rc == 2 and not out and len(err.strip().splitlines()) == 1
+    assert err.startswith("costmodel: error: cannot capture TinyLM: token inputs need int64:8x512 ")
+
+
+def test_the_readme_says_how_to_stop_mlflow_ui_and_that_way_stops_its_workers(tmp_path):
+    """``mlflow ui`` runs its server as a child process (uvicorn) that outlives a killed ``mlflow`` parent; the
+    README's way of stopping it (the process group) leaves nothing serving."""
+    import signal
+    import time
+    import urllib.request
+
+    from tests.servers import MLFLOW, free_port, wait_ready
+
+    readme = (ROOT / "README.md").read_text()
+    assert "kill -- -$(ps -o pgid= -p <pid>)" in readme and "Ctrl-C" in readme
+    port = free_port()
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    with open(tmp_path / "ui.log", "w") as log:
+        proc = subprocess.Popen(
+            [MLFLOW, "ui", "--backend-store-uri", f"sqlite:///{tmp_path / 'ui.db'}", "--port", str(port), "-w", "1"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PATH": path},
+            cwd=tmp_path,
+            start_new_session=True,  # as an interactive shell starts a job: its own process group
+        )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/health", proc, tmp_path / "ui.log")
+        pgid = os.getpgid(proc.pid)
+        children = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+        assert len(children) >= 2  # mlflow and the server it started
+        subprocess.run(["sh", "-c", f"kill -- -$(ps -o pgid= -p {proc.pid})"], check=True)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True).returncode == 0:
+            assert time.monotonic() < deadline, "a process of mlflow ui's group still runs"
+            time.sleep(0.5)
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+    finally:
+        if proc.poll() is None or subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).returncode == 0:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -527,7 +527,35 @@ def test_calibrate_learns_a_new_gpu_from_its_rows():
     other = np.flatnonzero(neusight_mask())[:200]
     np.testing.assert_allclose(tuned.predict(X.iloc[other]), model.predict(X.iloc[other]))
     dom = tuned.predict_domain(X.iloc[test])
-    assert set(dom["calibrated_on"]) == {"H200-SXM"} and dom["hardware_seen"].all()
+    # rows of the families the correction was kept for say so; the others keep the model's own answer
+    kept = np.isin(rows["family"].to_numpy()[test], tuned.corrections_[-1].get("families", []))
+    assert (dom["calibrated_on"].to_numpy() == np.where(kept, "H200-SXM", "")).all() and kept.any()
+    assert dom["hardware_seen"].all()
+
+
+def test_calibrate_keeps_a_correction_only_for_the_families_it_improves():
+    """The new GPU's rows of a family the model already answers exactly keep the model's answer; a family it answers
+    2x too slow takes the correction: never worse than the model on any family's rows, out of fold."""
+    rows, X = small_rows(), small_frame()
+    model = fitted()
+    h200 = np.flatnonzero((rows["hardware"] == "H200-SXM").to_numpy() & (rows["dtype"] != "float32").to_numpy())
+    fam = rows["family"].to_numpy()[h200]
+    gemm, other = h200[fam == "gemm"][:40], h200[fam != "gemm"][:40]
+    cal = np.concatenate([gemm, other])
+    # measured = the model's own answer for the GEMMs, half of it for the others
+    y = model.predict(X.iloc[cal]) * np.where(np.isin(cal, gemm), 1.0, 0.5)
+    tuned = model.calibrate(X.iloc[cal].reset_index(drop=True), y, hardware="H200-SXM", method="correction")
+    corr = tuned.corrections_[-1]
+    assert "gemm" not in corr["families"] and set(corr["families"]) and corr["mape_out_of_fold"] < corr["mape_before"]
+    np.testing.assert_allclose(tuned.predict(X.iloc[gemm]), model.predict(X.iloc[gemm]))  # the model's own answer
+    assert np.median(tuned.predict(X.iloc[other]) / model.predict(X.iloc[other])) < 0.8
+    report = tuned.calibration_oof_.groupby("family").apply(
+        lambda g: (
+            np.abs(np.expm1(g["after"] - g["measured"])).mean(),
+            np.abs(np.expm1(g["before"] - g["measured"])).mean(),
+        )
+    )
+    assert all(after <= before for after, before in report)
 
 
 @functools.lru_cache(maxsize=2)

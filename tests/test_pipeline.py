@@ -43,7 +43,7 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
     assert (cpu["runtime_repeats"] >= 1).all() and cpu["runtime_iqr_ms"].notna().all()
     assert set(cpu["op"]) == {"matmul", "bmm", "linear", "conv2d", "layernorm", "softmax", "add", "gelu"}
     ref = rows[rows["backend"] == "reference"]
-    assert {s.split("@")[0] for s in ref["source"]} == {"neusight", "hopper-h200", "deepbench"}
+    assert {s.split("@")[0] for s in ref["source"]} == {"neusight", "hopper-h200", "deepbench", "aiconfigurator-vllm"}
     # what it trained on is printed: every source, real, none simulated
     assert "training data:" in tiny_run["stdout"] and "SIMULATED" not in tiny_run["stdout"]
     assert all(f"{b}/{s} (real)" in tiny_run["stdout"] for b, s in rows[["backend", "source"]].drop_duplicates().values)
@@ -77,7 +77,7 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
         assert m["held_out_shapes/all/mape"] == pytest.approx(
             m["test/all/mape"]
         )  # the champion split: the registered fit
-        assert m["leave_one_hardware_out/all/folds"] == rows["hardware"].nunique() == 15  # 14 GPUs + this CPU
+        assert m["leave_one_hardware_out/all/folds"] == rows["hardware"].nunique() == 17  # 16 GPUs + this CPU
         assert m["held_out_family/all/folds"] == rows["family"].nunique() == 6
         assert m["leave_one_hardware_out/all/n"] == m["held_out_family/all/n"] == (rows["status"] == "ok").sum()
     # the splits are disjoint: test + fit/calibration = every ok row, and no held-out shape has a row outside the

@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from data.backends.reference import ReferenceBackend, select, training_summary
 from data.reference import load_reference
+from data.workloads import OPS
 from models.api import load_cost_model
 from tests.conftest import cli_in_process, run_cli, run_entry
 
@@ -61,7 +62,7 @@ def test_reference_backend_caps_filters_and_replays_the_pack(pack):
     assert len(rows.merge(pack[key].drop_duplicates(), on=key)) == len(rows)
     # measure(): a workload of the pack gives its measured runtime; one the pack lacks is an error row
     r = rows[rows["hardware"] == "H200-SXM"].iloc[0]
-    params = {p: int(r[p]) for p in SHAPES + ["heads", "seq_len", "head_dim", "causal"] if pd.notna(r[p])}
+    params = {p: int(r[p]) for p in OPS[r["op"]].names if pd.notna(r[p])}  # optional ones (kv_len, ...) too
     same = pack[(pack["shape_id"] == r["shape_id"]) & (pack["dtype"] == r["dtype"]) & (pack["hardware"] == "H200-SXM")]
     got = backend.measure({"op": r["op"], "params": params, "dtype": r["dtype"], "hardware": "H200-SXM"})
     assert got["status"] == "ok" and got["runtime_ms"] == pytest.approx(same["runtime_ms"].median())
@@ -210,7 +211,8 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
     rest = gpu.drop(cal.index)
     src = tmp_path / "new_gpu.csv"
     cal[cols].to_csv(src, index=False)
-    others = pack[pack["hardware"].isin(["T4", "H200-SXM"])].sample(50, random_state=0)[cols[:-1]]
+    kept = pack["hardware"].isin(["T4", "H200-SXM"]) & ~pack["source"].str.startswith("aiconfigurator")  # cols' ops
+    others = pack[kept].sample(50, random_state=0)[cols[:-1]]
 
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     v1 = str(client.get_model_version_by_alias("costmodel-runtime", "champion").version)
@@ -257,6 +259,28 @@ def test_calibrate_registers_a_version_that_learned_the_new_gpu(held_out_store, 
     assert str(client.get_model_version_by_alias("costmodel-runtime", "champion").version) == v3
     run3 = client.get_run(client.get_model_version("costmodel-runtime", v3).run_id)
     assert run3.data.params["calibration_method"] == "refit" and "(out of fold, refit)" in err
+
+
+@pytest.mark.slow
+def test_calibrate_registers_nothing_that_does_not_beat_the_model(held_out_store, pack, tmp_path, capsys):
+    """Rows measured exactly as the model answers them: no calibration beats that out of fold, so the command says
+    so in one line, exits 1 and registers no version."""
+    uri = held_out_store["uri"]
+    gpu = pack[pack["hardware"] == HELD_GPU].sample(30, random_state=1)
+    cols = ["op", "hardware", "dtype", *[c for c in SHAPES if gpu[c].notna().any()]]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    versions = {v.version for v in client.search_model_versions("name='costmodel-runtime'")}
+    first = f"models:/costmodel-runtime/{min(versions, key=int)}"  # the main job's fit, never calibrated
+    model = load_cost_model(first, tracking_uri=uri)
+    src = tmp_path / "as_predicted.csv"
+    gpu[cols].assign(runtime_ms=model.predict(gpu[cols])["runtime_ms"].to_numpy()).to_csv(src, index=False)
+    rc, out, err = cli_in_process(
+        capsys, "calibrate", "--model", first, "--measurements", str(src), "--tracking-uri", uri
+    )
+    lines = err.strip().splitlines()
+    assert rc == 1 and out == "" and len(lines) == 1 and lines[0].startswith("costmodel: calibrate:"), err
+    assert "does not beat the model's own answer out of fold" in lines[0] and "nothing registered" in lines[0]
+    assert {v.version for v in client.search_model_versions("name='costmodel-runtime'")} == versions
 
 
 @pytest.mark.slow

@@ -22,7 +22,16 @@ from data.schema import COLUMNS
 from tests.conftest import SHARED, run_entry
 
 needs_shared = pytest.mark.skipif(not (SHARED / "deepbench").exists(), reason="../shared/data not present")
-SOURCES = {"neusight@6945927": 150977, "hopper-h200@2026-11-23": 563, "deepbench@da81ba7": 3198}
+SOURCES = {
+    "neusight@6945927": 150977,
+    "hopper-h200@2026-11-23": 563,
+    "deepbench@da81ba7": 3198,
+    "aiconfigurator-nccl@2.27.3": 1008,
+    "aiconfigurator-nccl@2.29.2": 504,
+    "aiconfigurator-vllm@0.14.0": 2076,
+    "aiconfigurator-vllm@0.22.0": 5401,
+    "aiconfigurator-vllm@0.24.0": 12840,
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +52,39 @@ def test_committed_pack_loads_validates_and_matches_its_checksum(pack, registry)
     assert pack["status"].eq("ok").all() and pack["backend"].eq("import").all()
     assert (pack["runtime_ms"] > 0).all() and (pack["bytes"] > 0).all()
     assert all(hw in registry for hw in pack["hardware"].unique())  # every GPU has a spec sheet
-    # small enough to ship; only the H200 set has power / energy
+    # small enough to ship; power / energy: the H200 set and aiconfigurator's vLLM tables with NVML power
     assert (REFERENCE_DIR / PACK_NAME).stat().st_size < 5e6
-    assert pack.loc[pack["power_w"].notna(), "source"].unique().tolist() == ["hopper-h200@2026-11-23"]
-    # flops are stored, not recomputed: they agree with the counter on a sample of rows of every op
-    from data.workloads import OPS, SHAPE_PARAMS, count_cost
+    powered = sorted(pack.loc[pack["power_w"].notna(), "source"].unique())
+    assert powered == ["aiconfigurator-vllm@0.22.0", "hopper-h200@2026-11-23"]
+    has_power = pack["power_w"].notna()
+    assert (pack.loc[has_power, "energy_j"] > 0).all()
+    # flops are stored, not recomputed: they agree with the counter on a sample of rows of every op and dtype,
+    # optional shape parameters (kv_len, num_kv_heads, tp, ep) and fp8 KV caches included
+    from data.workloads import OPS, count_cost
 
-    sample = pack.groupby(["source", "op"]).head(2)
+    sample = pack.groupby(["source", "op", "dtype", "kv_dtype"]).head(2)
+    assert {"float8_e4m3fn"} <= set(sample["kv_dtype"]) and {"moe", "all_to_all", "sdpa"} <= set(sample["op"])
     for _, r in sample.iterrows():
-        shape = {p: int(r[p]) for p in SHAPE_PARAMS if p in OPS[r["op"]].params}
-        assert count_cost(r["op"], shape, r["dtype"]) == (r["flops"], r["bytes"])
+        shape = {p: int(r[p]) for p in OPS[r["op"]].names if pd.notna(r[p])}
+        assert count_cost(r["op"], shape, r["dtype"], r["kv_dtype"] or None) == (r["flops"], r["bytes"])
     licences = {p.name for p in (REFERENCE_DIR / "LICENSES").iterdir()}
-    assert licences == {"NeuSight-MIT.txt", "DeepBench-Apache-2.0.txt"}
+    assert licences == {"NeuSight-MIT.txt", "DeepBench-Apache-2.0.txt", "aiconfigurator-Apache-2.0.txt"}
+
+
+def test_pack_samples_aiconfigurator_per_gpu_op_and_dtype(pack):
+    """The aiconfigurator sample: at most 600 rows per (source, GPU, op, dtype, KV dtype, prefill / decode), small-M
+    GEMMs and every cache length among them, every collective row; decode rows' shape ids carry their cache length."""
+    ai = pack[pack["source"].str.startswith("aiconfigurator")]
+    sizes = ai.groupby(["source", "hardware", "op", "dtype", "kv_dtype", "causal"], dropna=False).size()
+    assert sizes.max() == 600
+    assert set(ai["hardware"]) == {"A100-SXM4-80GB", "H200-SXM", "L40S"}
+    gemm = ai[ai["op"] == "linear"]
+    assert gemm.groupby(["source", "hardware", "dtype"])["m"].min().max() <= 2  # decode-sized GEMMs in every group
+    decode = ai[(ai["op"] == "sdpa") & (ai["causal"] == 0)]
+    assert decode["kv_len"].min() == 2 and decode["kv_len"].max() >= 65536
+    assert decode["shape_id"].nunique() > decode[["batch", "heads", "head_dim"]].drop_duplicates().shape[0]
+    assert (ai["family"] == "collective").sum() == 1008 + 504 + 3 * 138
+    assert set(ai["timing_method"]) == {"cuda_graph", "stream_loop"}
 
 
 def test_summary_and_readme_say_what_the_pack_holds(pack):
@@ -106,7 +136,7 @@ def test_writing_the_loaded_pack_gives_the_same_bytes(pack, tmp_path):
     path = write_reference(pack.sample(frac=1.0, random_state=0), tmp_path, SHARED)  # any row order in
     assert verify_reference(path) == _committed_sum()
     assert (tmp_path / SUMS_NAME).read_text() == (REFERENCE_DIR / SUMS_NAME).read_text()
-    assert "154,738 rows" in (tmp_path / "README.md").read_text()
+    assert "176,567 rows" in (tmp_path / "README.md").read_text()
     pd.testing.assert_frame_equal(load_reference(path), pack)
 
 
@@ -134,3 +164,22 @@ def test_regenerating_from_shared_data_reproduces_the_committed_checksum(tmp_pat
         out=tmp_path,
     )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("import_data: error: shared data")
+
+
+def test_main_job_leaves_out_what_the_physics_model_cannot_cost_yet(pack):
+    """The main job's reference settings (conf/collect/default.yaml): aiconfigurator's MoE and collective rows
+    (cap 0) and every quantised-format row (exclude_dtypes) stay out of training; every other pack row is as before."""
+    from hydra import compose, initialize_config_dir
+
+    from data.backends.reference import select
+    from data.ops import QUANTISED_GEMM
+
+    with initialize_config_dir(config_dir=str(REFERENCE_DIR.parent / "conf"), version_base="1.3"):
+        ref = compose("run").collect.backend.reference
+    assert sorted(ref.exclude_dtypes) == sorted(QUANTISED_GEMM)
+    rows = select(pack, cap=dict(ref.cap), seed=0, exclude_dtypes=list(ref.exclude_dtypes))
+    ai = rows[rows["source"].str.startswith("aiconfigurator")]
+    assert set(ai["op"]) == {"linear", "sdpa"} and set(ai["dtype"]) == {"bfloat16"}
+    assert set(ai["kv_dtype"]) == {"", "float8_e4m3fn"}  # a bfloat16 attention over an fp8 cache is kept
+    others = ~pack["source"].str.startswith(("aiconfigurator", "neusight"))
+    assert (~rows["source"].str.startswith(("aiconfigurator", "neusight"))).sum() == others.sum()

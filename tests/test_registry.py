@@ -95,7 +95,8 @@ def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
     d1 = _register(worst, split0, heldout(worst))
     assert d1.promoted and d1.previous is None
     d2 = _register(best, split0, heldout(best))
-    assert d2.promoted and d2.previous == d1.version and "stored tags, same held-out split" in d2.reason
+    assert d2.previous == d1.version and "the champion's stored predictions of the same held-out rows" in d2.reason
+    assert d2.promoted, d2.reason  # the best model beats the worst beyond the spread of the held-out shapes
     d3 = _register(worst, split0, heldout(worst))
     assert not d3.promoted and "champion kept" in d3.reason
     assert client.get_model_version_by_alias(NAME, "champion").version == d2.version
@@ -116,7 +117,8 @@ def test_champion_moves_only_when_beaten_on_the_same_split(tiny_run, store):
     tags = client.get_model_version(NAME, d4.version).tags
     assert float(tags["champion_mape"]) == pytest.approx(champ_mape, rel=1e-5)
     assert tags["champion_compared_on"] == f"champion re-evaluated on this run's held-out rows (n={len(held1)})"
-    assert d4.promoted == (metrics1["mape"] < champ_mape)
+    paired = tracking.compare_rows(held1.assign(**{tracking.CHAMPION_PRED: champ.to_numpy()}), "runtime_ms", "mape")
+    assert d4.promoted == paired.beats() and f"{paired.difference:+.4g} [" in d4.reason
     expected = d4.version if d4.promoted else d2.version
     assert client.get_model_version_by_alias(NAME, "champion").version == expected
 
@@ -168,9 +170,8 @@ def test_a_champion_is_re_scored_without_the_rows_it_was_trained_on(tiny_run, st
     assert float(tags["champion_mape"]) == pytest.approx(
         regression_metrics(rest["runtime_ms"], champ)["mape"], rel=1e-5
     )
-    assert d2.promoted == (
-        regression_metrics(rest["runtime_ms"], rest["pred_runtime_ms"])["mape"] < float(tags["champion_mape"])
-    )
+    paired = tracking.compare_rows(rest.assign(**{tracking.CHAMPION_PRED: champ.to_numpy()}), "runtime_ms", "mape")
+    assert d2.promoted == paired.beats()
 
 
 # --- the champion rule's errors: only an unusable champion loses without a comparison -------------------------------
@@ -274,3 +275,32 @@ def test_higher_is_better_metrics_promote_the_higher_value_hand_worked(tiny_run,
     assert up.reason == f"r2_log 0.9 vs champion v{first.version} 0.8 (stored tags, same held-out split): promoted"
     assert down.reason == f"r2_log 0.7 vs champion v{up.version} 0.9 (stored tags, same held-out split): champion kept"
     assert client.get_model_version_by_alias(NAME, "champion").version == up.version
+
+
+def test_a_challenger_within_the_run_to_run_spread_keeps_the_alias(tiny_run, store):
+    """A re-run of the main job scores a hair better on the same held-out rows (the issue's 10.37 vs 10.39 MAPE): each
+    row's prediction moved by the run-to-run noise, the mean a little lower. The alias stays, and the decision (its
+    tag, ``costmodel models``) says why: the difference with its paired bootstrap interval."""
+    client = MlflowClient()
+    best = _runs(client)[0]
+    split = {k: best.data.tags[k] for k in tracking.SPLIT_TAGS}
+    held = _heldout(best)
+    d1 = _register(best, split, held)
+    assert d1.promoted
+    y, p = held["runtime_ms"].to_numpy(float), held["pred_runtime_ms"].to_numpy(float)
+    base = regression_metrics(y, p)["mape"]
+    rng = np.random.default_rng(0)
+    while True:  # a retrained model's predictions: 5% log-normal noise per row, the held-out MAPE slightly lower
+        noisy = p * np.exp(rng.normal(0.0, 0.05, len(p)))
+        m = regression_metrics(y, noisy)
+        if base - 0.5 < m["mape"] < base:
+            break
+    d2 = _register(best, split, held.assign(pred_runtime_ms=noisy), m)
+    assert not d2.promoted and d2.reason.endswith("champion kept (not better beyond the run-to-run spread)")
+    tags = client.get_model_version(NAME, d2.version).tags
+    lo, hi = (float(v) for v in tags["champion_mape_difference"].split("[", 1)[1].rstrip("]").split(","))
+    assert lo < 0 < hi  # the interval of the difference holds no change
+    assert float(tags["champion_mape"]) == pytest.approx(base, rel=1e-5)  # a tag: 6 significant digits
+    assert str(client.get_model_version_by_alias(NAME, "champion").version) == str(d1.version)
+    proc = run_cli("models", "--name", NAME, "--tracking-uri", store)
+    assert proc.returncode == 0 and "not better beyond the run-to-run spread" in proc.stdout

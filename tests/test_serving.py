@@ -51,6 +51,7 @@ def api_preds(champion):
 def test_signature_example_interval_and_test_coverage(champion, api_preds):
     from models.domain import widen
     from models.physics import families_of, physics_frame
+    from models.sol import speed_of_light_ms
 
     mlflow.set_tracking_uri(champion["uri"])
     info = mlflow.models.get_model_info(MODEL)
@@ -77,8 +78,12 @@ def test_signature_example_interval_and_test_coverage(champion, api_preds):
     assert set(widening["by_group"]) >= set(families_of(X)) and widening["knots"][0][0] == 0
     assert list(api_preds.columns) == COLS + DOMAIN and (api_preds["runtime_ms"] > 0).all()
     assert widening["q_seen"] > 0 and widening["q_unseen"] >= widening["q_seen"] and widening["slope"] >= 0
-    np.testing.assert_allclose(api_preds["runtime_ms_hi"] / api_preds["runtime_ms"], np.exp(q), rtol=1e-9)
-    np.testing.assert_allclose(api_preds["runtime_ms_lo"] / api_preds["runtime_ms"], np.exp(-q), rtol=1e-9)
+    # ... with the speed of light of the spec under the point and the low end (models.sol)
+    raw, sol = dom["runtime_ms"].to_numpy(float), speed_of_light_ms(pd.DataFrame(WORKLOADS), inner.registry)
+    assert np.isfinite(sol).all() and (sol >= 0).all() and (sol > 0).any()
+    np.testing.assert_allclose(api_preds["runtime_ms"], np.maximum(raw, sol), rtol=1e-12)
+    np.testing.assert_allclose(api_preds["runtime_ms_hi"], np.maximum(raw * np.exp(q), np.maximum(raw, sol)), rtol=1e-9)
+    np.testing.assert_allclose(api_preds["runtime_ms_lo"], np.maximum(raw * np.exp(-q), sol), rtol=1e-9)
     np.testing.assert_allclose(api_preds["domain_distance"], dom["domain_distance"], rtol=1e-12)
 
     # the reported coverage is the fraction of held-out rows inside the interval the model serves for them

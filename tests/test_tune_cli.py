@@ -166,3 +166,24 @@ def test_unparsable_space_file(tmp_path, capsys):
     rc = main(["tune", "--space", str(tmp_path / "s.yaml"), "--measure", "true"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "cannot parse" in err[0]
+
+
+@pytest.mark.parametrize("budget, measured", [("1.0", 6), ("1", 1), ("0.5", 3), ("4", 4), ("4.0", 4)])
+def test_a_decimal_budget_up_to_one_is_a_fraction_an_integer_a_count(tmp_path, capsys, budget, measured):
+    """``--budget 1.0`` measures the whole space, ``--budget 1`` one configuration."""
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"tunables": {"x": [2, 4, 6], "y": ["a", "b"]}}))
+    cmd = f"{sys.executable} -c {shlex.quote(BENCH)}"
+    rc = main(["tune", "--space", str(space), "--measure", cmd, "--budget", budget, "--batch", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0 and f"measured {measured}," in out
+
+
+def test_a_fractional_count_is_refused(tmp_path, capsys):
+    (tmp_path / "space.yaml").write_text("tunables: {x: [1, 2]}\n")
+    rc = main(["tune", "--space", str(tmp_path / "space.yaml"), "--measure", "true", "--budget", "2.5"])
+    err = capsys.readouterr().err
+    assert (
+        rc == 2
+        and err == "costmodel: error: budget 2.5: a count is a whole number (a fraction of the space is at most 1.0)\n"
+    )

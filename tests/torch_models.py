@@ -7,6 +7,7 @@
 * :func:`vit`: a ViT (Dosovitskiy et al. 2021): 16x16/16 patch conv, class token concatenated, learned
   positions, pre-LN blocks with attention written as ``q @ k^T -> softmax -> @ v`` (timm's layout) or with
   ``F.scaled_dot_product_attention``, GELU MLP, head on the class token.
+* :func:`tiny_lm`: a token model, an embedding of integer ids and a linear head over the vocabulary.
 
 Each factory takes no argument (what ``costmodel predict --torch tests.torch_models:resnet`` calls).
 """
@@ -167,6 +168,22 @@ def vit() -> nn.Module:
 
 def vit_sdpa() -> nn.Module:
     return ViT(fused=True)
+
+
+class TinyLM(nn.Module):
+    """A token model: embedding -> linear over the vocabulary (its input is integer token ids)."""
+
+    def __init__(self, vocab: int = 1000, width: int = 64):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+
+def tiny_lm() -> nn.Module:
+    return TinyLM()
 
 
 def not_a_module():

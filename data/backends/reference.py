@@ -2,15 +2,17 @@
 
 The main job's default (``collect.backends: [cpu, reference]``) trains the runtime model on every real measurement
 it has: this machine's CPU, measured now, plus the pack in ``reference/`` (``data.reference.load_reference``:
-NeuSight on 5 GPUs, the H200 set, DeepBench on 10 GPUs). A fresh clone needs nothing else and no network.
+NeuSight on 5 GPUs, the H200 set, DeepBench on 10 GPUs, aiconfigurator's LLM kernels on 3). A fresh clone needs
+nothing else and no network.
 
 Which rows (``conf/collect/backend/reference.yaml``): ``sources`` (name prefixes, null = all), ``hardware_ids``
-(null = all), ``exclude_hardware`` (e.g. a GPU kept aside to calibrate on later), and ``cap``: at most that many rows
+(null = all), ``exclude_hardware`` (e.g. a GPU kept aside to calibrate on later), ``exclude_dtypes`` (e.g. the
+quantised formats, for a model that has no cost for them), and ``cap``: at most that many rows
 per (source, hardware, op, dtype) for the sources it names (a seeded sample, ``seed``), every row of the others;
 per source one number for every op, or a mapping from op name or op family (``data.workloads.OPS``) to a number,
 with ``default`` for the rest (``{neusight: {gemm: 3000, conv: 300, elementwise: 40, default: 100}}``, the main
-job's). NeuSight's 151k rows are 98% of the pack; a cap per GPU and op keeps every op and GPU and the job in minutes
-(more GEMM rows help the pack's own GPUs, not a new one: ``benchmarks/reference_sample.py``).
+job's; 0 leaves an op out). NeuSight's 151k rows are 86% of the pack; a cap per GPU and op keeps every op and GPU
+and the job in minutes (more GEMM rows help the pack's own GPUs, not a new one: ``benchmarks/reference_sample.py``).
 
 :class:`ReferenceBackend` satisfies ``data.backends.Backend``: ``rows()`` is what collection takes (every selected
 row, validated, ``backend = reference``); ``measure(workload)`` looks one workload up (``hardware`` in the workload
@@ -45,12 +47,14 @@ class ReferenceBackend:
         cap: dict | None = None,
         seed: int = 0,
         verify: bool = True,
+        exclude_dtypes=None,
     ):
         self.name = name
         self.path = Path(path) if path else REFERENCE_DIR / PACK_NAME
         self.sources = list(sources) if sources else None
         self.hardware_ids = list(hardware_ids) if hardware_ids else None
         self.exclude_hardware = list(exclude_hardware) if exclude_hardware else None
+        self.exclude_dtypes = list(exclude_dtypes) if exclude_dtypes else None
         self.cap = check_cap(cap)  # a bad cap fails here, before any backend measures
         self.seed = int(seed)
         self.verify = verify
@@ -71,7 +75,15 @@ class ReferenceBackend:
         """The selected rows as measurement rows of this backend (``backend`` = its name; ``source`` kept)."""
         from data.schema import register_backend
 
-        rows = select(self.pack(), self.sources, self.hardware_ids, self.cap, self.seed, self.exclude_hardware)
+        rows = select(
+            self.pack(),
+            self.sources,
+            self.hardware_ids,
+            self.cap,
+            self.seed,
+            self.exclude_hardware,
+            self.exclude_dtypes,
+        )
         if rows.empty:
             raise ValueError(
                 f"reference backend: no pack rows match sources={self.sources} hardware_ids={self.hardware_ids}"
@@ -107,11 +119,17 @@ class ReferenceBackend:
 
 
 def select(
-    pack: pd.DataFrame, sources=None, hardware_ids=None, cap: dict | None = None, seed: int = 0, exclude_hardware=None
+    pack: pd.DataFrame,
+    sources=None,
+    hardware_ids=None,
+    cap: dict | None = None,
+    seed: int = 0,
+    exclude_hardware=None,
+    exclude_dtypes=None,
 ) -> pd.DataFrame:
-    """Rows of ``sources`` (prefixes) and ``hardware_ids``, none of ``exclude_hardware``; at most ``cap[prefix]`` rows
-    per (source, hardware, op, dtype) of a source starting with that prefix (seeded sample; :func:`op_cap`: one
-    number, or one per op / op family), every row of the others; pack order kept."""
+    """Rows of ``sources`` (prefixes) and ``hardware_ids``, none of ``exclude_hardware`` or ``exclude_dtypes``; at most
+    ``cap[prefix]`` rows per (source, hardware, op, dtype) of a source starting with that prefix (seeded sample;
+    :func:`op_cap`: one number, or one per op / op family), every row of the others; pack order kept."""
     keep = np.ones(len(pack), bool)
     source = pack["source"].astype(str)
     if sources:
@@ -120,6 +138,8 @@ def select(
         keep &= pack["hardware"].isin(list(hardware_ids)).to_numpy()
     if exclude_hardware:
         keep &= ~pack["hardware"].isin(list(exclude_hardware)).to_numpy()
+    if exclude_dtypes:
+        keep &= ~pack["dtype"].isin(list(exclude_dtypes)).to_numpy()
     rng = np.random.default_rng(seed)
     for prefix, spec in check_cap(cap).items():
         if spec is None:
