@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from data.hardware import HardwareRegistry
-from data.workloads import SHAPE_PARAMS
+from data.ops import SHAPE_PARAMS
 from features.inputs import mlir_text
 from features.tabular import FeatureError
 from models.conformal import bounded_interval, halfwidths
