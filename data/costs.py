@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from data.ops import BEYOND_INT64, DTYPE_INFO, DTYPES, KV_DTYPES, OPS, ZERO_OK, Params, Problem, itemsize, tensors_of
+from data.ops import BEYOND_INT64, DTYPE_INFO, KV_DTYPES, OPS, ZERO_OK, Params, Problem, itemsize, tensors_of
 
 INT64_MAX = 2**63 - 1
 ECHO_CHARS = 200  # at most this much of a user's value is echoed back in an error message
@@ -291,7 +291,7 @@ def shape_problems(
         if dtypes is not None:
             problems.append(
                 (
-                    np.isin(given, list(DTYPES)) & ~np.isin(given, spec.dtypes),
+                    np.isin(given, list(DTYPE_INFO)) & ~np.isin(given, spec.dtypes),
                     lambda i: f"op {op!r} has no {given[i]} kernel; its dtypes: {', '.join(spec.dtypes)}",
                 )
             )
@@ -305,7 +305,7 @@ def _tensor_problems(op, p, n, dtypes, memory_gb, hardware) -> list[Problem]:
     """Each tensor beyond int64 or the device memory, and all of them together beyond the memory; a quantised
     format's tensors are its own (one pass per distinct dtype)."""
     given = np.full(n, "float32", object) if dtypes is None else np.asarray(dtypes, object)
-    known = np.array([d in DTYPES and d in OPS[op].dtypes for d in given], bool)
+    known = np.array([d in DTYPE_INFO and d in OPS[op].dtypes for d in given], bool)
     out: list[Problem] = []
     for dtype in pd.unique(given[known]) if known.any() else ["float32"]:
         on = (given == dtype) & known if known.any() else np.ones(n, bool)
@@ -389,8 +389,8 @@ def validate_many(op: str, rows: Sequence[Mapping[str, object]], dtypes: Sequenc
     if not isinstance(op, str) or op not in OPS:
         raise WorkloadError(f"unknown op {echo(op, 80)}; known ops: {', '.join(OPS)}")
     for dtype in dtypes:
-        if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise WorkloadError(f"unknown dtype {echo(dtype, 80)}; known dtypes: {', '.join(DTYPES)}")
+        if not isinstance(dtype, str) or dtype not in DTYPE_INFO:
+            raise WorkloadError(f"unknown dtype {echo(dtype, 80)}; known dtypes: {', '.join(DTYPE_INFO)}")
     spec, n = OPS[op], len(rows)
     raw = {}
     for name in spec.names:

@@ -44,7 +44,8 @@ Conventions (one for every source; importers map theirs onto these):
   projections [2n, k], down [k, n]: SwiGLU), each token routed to ``topk`` experts; optional ``tp`` (default 1:
   each expert's ``n`` split over ``tp`` GPUs) and ``ep`` (default 1: the experts split over ``ep`` GPUs). The GPU
   runs ``A = ceil(m topk / ep)`` token-expert assignments (balanced routing) through its ``experts / ep`` local
-  experts of ``n / tp``: ``6 A k n / tp`` FLOPs, the weights of the ``min(experts / ep, A)`` experts touched
+  experts of ``n / tp``: ``6 A k n / tp`` FLOPs, the weights of the experts those assignments reach at random
+  (:func:`experts_touched`)
 * collectives over ``gpus`` GPUs of one node, ``n`` elements of the row's dtype: ``all_reduce`` ([n] in, [n] out),
   ``all_gather`` ([n / gpus] in, [n] out), ``reduce_scatter`` ([n] in, [n / gpus] out), ``all_to_all`` ([n] in,
   [n] out); ``wire`` = what a ring moves per GPU: ``2 (g - 1) / g n`` for an all-reduce, ``(g - 1) / g n`` else
@@ -58,15 +59,12 @@ equal to its default, so ``conv2d`` with ``groups=1`` is the row without ``group
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-
-from data import networks
 
 # Every shape parameter any op uses; the measurement schema has one nullable column per name.
 SHAPE_PARAMS: tuple[str, ...] = (
@@ -113,7 +111,7 @@ class DType:
     ``peak_tflops`` key of a spec its math runs at (``data.hardware``); ``matrix`` marks a format only matrix ops and
     collectives have kernels for; ``needs_units``: a GPU whose spec lists no ``rate`` cannot run it."""
 
-    torch: torch.dtype
+    torch_name: str  # the torch dtype that stores the activations (resolved lazily: :attr:`torch`)
     act: float
     weight: float
     out: float
@@ -122,17 +120,22 @@ class DType:
     needs_units: bool = False
     note: str = ""
 
+    @property
+    def torch(self):
+        """The torch dtype of the activations (imports torch)."""
+        return getattr(_torch(), self.torch_name)
+
 
 DTYPE_INFO: dict[str, DType] = {
-    "float32": DType(torch.float32, 4, 4, 4, "float32"),
-    "tf32": DType(torch.float32, 4, 4, 4, "tf32", note="float32 storage, TF32 tensor-core math (GPU only)"),
-    "float16": DType(torch.float16, 2, 2, 2, "float16"),
-    "bfloat16": DType(torch.bfloat16, 2, 2, 2, "bfloat16", needs_units=True),
+    "float32": DType("float32", 4, 4, 4, "float32"),
+    "tf32": DType("float32", 4, 4, 4, "tf32", note="float32 storage, TF32 tensor-core math (GPU only)"),
+    "float16": DType("float16", 2, 2, 2, "float16"),
+    "bfloat16": DType("bfloat16", 2, 2, 2, "bfloat16", needs_units=True),
     "float8_e4m3fn": DType(
-        torch.float8_e4m3fn, 1, 1, 2, "fp8", matrix=True, needs_units=True, note="e4m3, per-tensor scales"
+        "float8_e4m3fn", 1, 1, 2, "fp8", matrix=True, needs_units=True, note="e4m3, per-tensor scales"
     ),
     "fp8_block": DType(
-        torch.float8_e4m3fn,
+        "float8_e4m3fn",
         1,
         1,
         2,
@@ -141,15 +144,15 @@ DTYPE_INFO: dict[str, DType] = {
         needs_units=True,
         note=f"e4m3, one float32 scale per 1 x {FP8_BLOCK} activation and {FP8_BLOCK} x {FP8_BLOCK} weight block",
     ),
-    "int8": DType(torch.int8, 1, 1, 2, "int8", matrix=True, needs_units=True, note="W8A8 (SmoothQuant), int8 math"),
-    "int8_wo": DType(torch.bfloat16, 2, 1, 2, "bfloat16", matrix=True, needs_units=True, note="int8 weights only"),
+    "int8": DType("int8", 1, 1, 2, "int8", matrix=True, needs_units=True, note="W8A8 (SmoothQuant), int8 math"),
+    "int8_wo": DType("bfloat16", 2, 1, 2, "bfloat16", matrix=True, needs_units=True, note="int8 weights only"),
     "int4_wo": DType(
-        torch.bfloat16, 2, 0.5, 2, "bfloat16", matrix=True, needs_units=True, note="int4 weights only, grouped scales"
+        "bfloat16", 2, 0.5, 2, "bfloat16", matrix=True, needs_units=True, note="int4 weights only, grouped scales"
     ),
     # fixed point on an FPGA (hls4ml ap_fixed<bits, int_bits>): the width is ``precision_bits`` in the row's config
-    "fixed": DType(torch.float32, 4, 4, 4, "float32"),
+    "fixed": DType("float32", 4, 4, 4, "float32"),
 }
-DTYPES: dict[str, torch.dtype] = {name: d.torch for name, d in DTYPE_INFO.items()}
+DTYPE_NAMES = tuple(DTYPE_INFO)
 FLOAT_DTYPES = tuple(name for name, d in DTYPE_INFO.items() if not d.matrix)
 KV_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn")  # a KV cache's storage
 QUANTISED_GEMM = tuple(name for name, d in DTYPE_INFO.items() if d.matrix)
@@ -179,7 +182,7 @@ Problem = tuple  # (mask over rows, describe: row -> one-line message)
 class Op:
     family: str
     params: tuple[str, ...]
-    build: Callable
+    builder: Callable  # build(p, dtype, device[, kv_dtype=]) -> (fn, inputs, weights): :meth:`build`
     flops: Callable[[Params], np.ndarray]
     tensors: Callable[[Params], list]
     optional: tuple[tuple[str, int | str], ...] = ()
@@ -189,6 +192,10 @@ class Op:
     constraints: Callable[[str, Params, np.ndarray], list] | None = None  # (op, params, dtypes) -> problems
     dtypes: tuple[str, ...] = field(default=FLOAT_DTYPES)
     kv: bool = False  # reads a KV cache stored in the row's ``kv_dtype`` (its builder takes ``kv_dtype=``)
+
+    def build(self, p: Mapping[str, int], dtype: str, device: str, **kw):
+        """The op's torch reference at shape ``p`` (ints) in ``dtype`` on ``device`` (imports torch)."""
+        return self.builder(p, dtype, device, **kw)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -206,9 +213,38 @@ def _tensor(name, dims, counted=True, role="act") -> Tensor:
 
 
 # --------------------------------------------------------------------------- torch references
+# torch is imported the first time a reference is built (costing rows needs only numpy: a served prediction never
+# builds one), and lands in this module's globals for the builders below.
+@functools.lru_cache(maxsize=1)
+def _tf():
+    """``(torch, torch.nn.functional, DTYPES)``: torch imported on first use."""
+    torch = importlib.import_module("torch")
+    functional = importlib.import_module("torch.nn.functional")
+    return torch, functional, {name: getattr(torch, d.torch_name) for name, d in DTYPE_INFO.items()}
+
+
+def _torch():
+    return _tf()[0]
+
+
+def __getattr__(name: str):
+    """``DTYPES`` (dtype name -> torch dtype) on first access, importing torch."""
+    if name == "DTYPES":
+        return _tf()[2]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _fn(path: str):
+    """A torch callable named ``torch.<name>``, ``F.<name>`` (torch.nn.functional) or ``nn.<Module>``."""
+    torch, F, _ = _tf()
+    where, name = path.split(".", 1)
+    return getattr({"torch": torch, "F": F, "nn": torch.nn}[where], name)
+
+
 def _t(shape, dtype, device):
     """A tensor of ``shape``: empty on ``meta``, random values elsewhere (``dtype``: a name of :data:`DTYPES` or a
     torch dtype)."""
+    torch, DTYPES = _tf()[0], _tf()[2]
     dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
     if device == "meta":
         return torch.empty(shape, dtype=dtype, device=device)
@@ -220,6 +256,7 @@ def _t(shape, dtype, device):
 
 
 def _matmul(p, dtype, device):
+    torch = _tf()[0]
     if DTYPE_INFO[dtype].matrix:
         return _quantised_gemm(p, dtype, device, bias=False)
     a, b = _t((p["m"], p["k"]), dtype, device), _t((p["k"], p["n"]), dtype, device)
@@ -227,12 +264,14 @@ def _matmul(p, dtype, device):
 
 
 def _bmm(p, dtype, device):
+    torch = _tf()[0]
     a = _t((p["batch"], p["m"], p["k"]), dtype, device)
     b = _t((p["batch"], p["k"], p["n"]), dtype, device)
     return torch.bmm, (a, b), ()
 
 
 def _linear(p, dtype, device):
+    torch, DTYPES = _tf()[0], _tf()[2]
     if DTYPE_INFO[dtype].matrix:
         return _quantised_gemm(p, dtype, device, bias=False)
     mod = torch.nn.Linear(p["k"], p["n"], bias=True, device=device, dtype=DTYPES[dtype])
@@ -250,6 +289,7 @@ def _quantised_gemm(p, dtype, device, bias):
     (1 x 128 for x, 128 x 128 for W) applied to a bfloat16 product of the dequantised operands; int8 (W8A8): the
     int8 operands' product with per-row and per-channel scales; int8_wo / int4_wo: a bfloat16 x times W dequantised
     from int8 / packed int4 (two a byte, one bfloat16 scale per 128 weights of a row)."""
+    torch = _tf()[0]
     m, n, k = p["m"], p["n"], p["k"]
     bf16 = torch.bfloat16
     if dtype == "float8_e4m3fn":
@@ -296,6 +336,7 @@ def _quantised_gemm(p, dtype, device, bias):
 
 
 def _conv2d(p, dtype, device):
+    torch, DTYPES = _tf()[0], _tf()[2]
     mod = torch.nn.Conv2d(
         p["c_in"],
         p["c_out"],
@@ -316,7 +357,7 @@ def _pool(fn, **extra):
     def builder(p, dtype, device):
         x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
         return (
-            functools.partial(fn, kernel_size=p["kernel"], stride=p["stride"], padding=p["padding"], **extra),
+            functools.partial(_fn(fn), kernel_size=p["kernel"], stride=p["stride"], padding=p["padding"], **extra),
             (x,),
             (),
         )
@@ -325,11 +366,13 @@ def _pool(fn, **extra):
 
 
 def _adaptive_avg_pool2d(p, dtype, device):
+    F = _tf()[1]
     x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
     return functools.partial(F.adaptive_avg_pool2d, output_size=p["out_size"]), (x,), ()
 
 
 def _batchnorm(p, dtype, device):
+    torch, DTYPES = _tf()[0], _tf()[2]
     mod = torch.nn.BatchNorm2d(p["c_in"], device=device, dtype=DTYPES[dtype]).eval()
     x = _t((p["batch"], p["c_in"], p["h"], p["w"]), dtype, device)
     return mod, (x,), (mod.weight, mod.bias, mod.running_mean, mod.running_var)
@@ -337,13 +380,15 @@ def _batchnorm(p, dtype, device):
 
 def _module_mn(cls):
     def builder(p, dtype, device):
-        mod = cls(p["n"], device=device, dtype=DTYPES[dtype])
+        DTYPES = _tf()[2]
+        mod = _fn(cls)(p["n"], device=device, dtype=DTYPES[dtype])
         return mod, (_t((p["m"], p["n"]), dtype, device),), tuple(mod.parameters())
 
     return builder
 
 
 def _embedding(p, dtype, device):
+    torch, DTYPES = _tf()[0], _tf()[2]
     mod = torch.nn.Embedding(p["k"], p["n"], device=device, dtype=DTYPES[dtype])
     if device == "meta":
         ids = torch.empty((p["m"],), dtype=torch.int64, device=device)
@@ -353,6 +398,7 @@ def _embedding(p, dtype, device):
 
 
 def _ewise(p, dtype, device):
+    torch, DTYPES = _tf()[0], _tf()[2]
     shape, n_in = (p["m"], p["n"]), p["inputs"]
     if n_in == 0:
         return functools.partial(torch.full, shape, 1.0, dtype=DTYPES[dtype], device=device), (), ()
@@ -365,7 +411,7 @@ def _binary(fn, positive_rhs=False):
         x, y = _t((p["m"], p["n"]), dtype, device), _t((p["m"], p["n"]), dtype, device)
         if positive_rhs:  # pow / div: keep the result finite on random inputs
             x, y = x.abs() + 0.5, y.abs() + 0.5
-        return fn, (x, y), ()
+        return _fn(fn), (x, y), ()
 
     return builder
 
@@ -375,26 +421,27 @@ def _with_scalar(fn, scalar, keyword="other", positive=False):
         x = _t((p["m"], p["n"]), dtype, device)
         if positive:
             x = x.abs() + 0.5
-        return functools.partial(fn, **{keyword: scalar}), (x,), ()
+        return functools.partial(_fn(fn), **{keyword: scalar}), (x,), ()
 
     return builder
 
 
 def _unary(fn):
     def builder(p, dtype, device):
-        return fn, (_t((p["m"], p["n"]), dtype, device),), ()
+        return _fn(fn), (_t((p["m"], p["n"]), dtype, device),), ()
 
     return builder
 
 
 def _reduce(fn):
     def builder(p, dtype, device):
-        return functools.partial(fn, dim=-1), (_t((p["m"], p["n"]), dtype, device),), ()
+        return functools.partial(_fn(fn), dim=-1), (_t((p["m"], p["n"]), dtype, device),), ()
 
     return builder
 
 
 def _sdpa(p, dtype, device, kv_dtype=None):
+    F = _tf()[1]
     heads, kv_heads = p["heads"], p.get("num_kv_heads", p["heads"])
     kv_len = p.get("kv_len", p["seq_len"])
     q = _t((p["batch"], heads, p["seq_len"], p["head_dim"]), dtype, device)
@@ -409,16 +456,27 @@ def _sdpa(p, dtype, device, kv_dtype=None):
     return sdpa, (q, k, v), ()
 
 
+def experts_touched(local, assignments):
+    """The experts ``assignments`` token-expert pairs routed uniformly at random over ``local`` experts reach, on
+    average: ``local (1 - (1 - 1 / local)^assignments)``, rounded (a decode step's few tokens read few experts'
+    weights; a long prefill reads them all)."""
+    local, assignments = np.asarray(local, float), np.asarray(assignments, float)
+    with np.errstate(divide="ignore"):
+        reach = -local * np.expm1(assignments * np.log1p(-1.0 / local))
+    return np.maximum(1.0, np.round(np.where(local > 1, reach, 1.0)))
+
+
 def _moe_sizes(p):
     """``(local experts, local intermediate size, assignments on this GPU, experts touched)`` of a ``moe`` row."""
     experts, ep, tp = p["experts"], p.get("ep", 1), p.get("tp", 1)
     local, inter = experts // ep, p["n"] // tp
     assignments = _ceil(p["m"] * p["topk"], ep)
-    return local, inter, assignments, min(local, assignments)
+    return local, inter, assignments, int(experts_touched(local, assignments))
 
 
-def _unpack_int4(w: torch.Tensor, cols: int, dtype: torch.dtype) -> torch.Tensor:
+def _unpack_int4(w, cols: int, dtype):
     """Two signed 4-bit weights a byte (low nibble first) -> ``cols`` values of ``dtype`` along the last dim."""
+    torch = _tf()[0]
     low, high = (w & 15).to(dtype) - 8, (w >> 4).to(dtype) - 8
     return torch.stack((low, high), dim=-1).reshape(*w.shape[:-1], -1)[..., :cols]
 
@@ -428,6 +486,7 @@ def _moe(p, dtype, device):
     ``down(silu(gate x) * up x)`` as batched one-row GEMMs (the FLOPs of a grouped GEMM), summed back per token.
     Quantised formats store the experts' weights in that format (fp8, int8, int4 packed two a byte) and take
     bfloat16 tokens."""
+    torch, F, DTYPES = _tf()
     m, k = p["m"], p["k"]
     _, inter, assignments, touched = _moe_sizes(p)
     info = DTYPE_INFO[dtype]
@@ -456,6 +515,7 @@ def _collective(kind):
     """A single-process reference of the collective's local data movement (the wire time is the cost model's)."""
 
     def builder(p, dtype, device):
+        torch = _tf()[0]
         n, g = p["n"], p["gpus"]
         x = _t((n // g if kind == "all_gather" else n,), dtype, device)
         if kind == "all_gather":
@@ -469,6 +529,9 @@ def _collective(kind):
 
 def _network(name):
     def builder(p, dtype, device):
+        DTYPES = _tf()[2]
+        from data import networks  # the torch modules of the networks (imports torch)
+
         return networks.build_network(name, p, DTYPES[dtype], device)
 
     return builder
@@ -650,7 +713,7 @@ def sdpa_gemm(p):
 def _moe_arrays(p):
     local, inter = p["experts"] / p["ep"], p["n"] / p["tp"]
     assignments = np.ceil(p["m"] * p["topk"] / p["ep"])
-    return local, inter, assignments, np.minimum(local, assignments)
+    return local, inter, assignments, experts_touched(local, assignments)
 
 
 def _moe_flops(p):
@@ -899,7 +962,7 @@ _elementwise = dict(family="elementwise", params=("m", "n"), flops=_zero, rows=_
 
 
 def _elementwise_op(build, *tensors):
-    return Op(build=build, tensors=_mn(*tensors), **_elementwise)
+    return Op(builder=build, tensors=_mn(*tensors), **_elementwise)
 
 
 OPS: dict[str, Op] = {
@@ -948,7 +1011,7 @@ OPS: dict[str, Op] = {
     "max_pool2d": Op(
         "pool",
         ("batch", "c_in", "h", "w", "kernel", "stride", "padding"),
-        _pool(F.max_pool2d),
+        _pool("F.max_pool2d"),
         _zero,
         _pool_tensors,
         constraints=_pool_rules,
@@ -956,7 +1019,7 @@ OPS: dict[str, Op] = {
     "avg_pool2d": Op(
         "pool",
         ("batch", "c_in", "h", "w", "kernel", "stride", "padding"),
-        _pool(F.avg_pool2d),
+        _pool("F.avg_pool2d"),
         _zero,
         _pool_tensors,
         constraints=_pool_rules,
@@ -965,34 +1028,34 @@ OPS: dict[str, Op] = {
         "pool", ("batch", "c_in", "h", "w", "out_size"), _adaptive_avg_pool2d, _zero, _adaptive_pool_tensors
     ),
     "batchnorm": Op("norm", ("batch", "c_in", "h", "w"), _batchnorm, _zero, _batchnorm_tensors),
-    "rmsnorm": Op("norm", ("m", "n"), _module_mn(torch.nn.RMSNorm), _zero, _norm_tensors("weight"), rows=_mn_rows),
+    "rmsnorm": Op("norm", ("m", "n"), _module_mn("nn.RMSNorm"), _zero, _norm_tensors("weight"), rows=_mn_rows),
     "layernorm": Op(
-        "norm", ("m", "n"), _module_mn(torch.nn.LayerNorm), _zero, _norm_tensors("weight", "bias"), rows=_mn_rows
+        "norm", ("m", "n"), _module_mn("nn.LayerNorm"), _zero, _norm_tensors("weight", "bias"), rows=_mn_rows
     ),
     "embedding": Op("data_movement", ("m", "n", "k"), _embedding, _zero, _embedding_tensors, rows=_mn_rows),
-    "copy": Op("data_movement", ("m", "n"), _unary(torch.clone), _zero, _mn("input", "output"), rows=_mn_rows),
+    "copy": Op("data_movement", ("m", "n"), _unary("torch.clone"), _zero, _mn("input", "output"), rows=_mn_rows),
     "softmax": Op(
         "softmax",
         ("m", "n"),
-        lambda p, dtype, device: (functools.partial(torch.softmax, dim=-1), (_t((p["m"], p["n"]), dtype, device),), ()),
+        _reduce("torch.softmax"),
         _zero,
         _mn("input", "output"),
         rows=_mn_rows,
     ),
-    "add": _elementwise_op(_binary(torch.add), "x", "y", "output"),
-    "mul": _elementwise_op(_binary(torch.mul), "x", "y", "output"),
-    "div": _elementwise_op(_binary(torch.div, positive_rhs=True), "x", "y", "output"),
-    "pow": _elementwise_op(_binary(torch.pow, positive_rhs=True), "x", "y", "output"),
-    "add_scalar": _elementwise_op(_with_scalar(torch.add, 1.0), "input", "output"),
-    "mul_scalar": _elementwise_op(_with_scalar(torch.mul, 2.0), "input", "output"),
-    "div_scalar": _elementwise_op(_with_scalar(torch.div, 2.0), "input", "output"),
-    "pow_scalar": _elementwise_op(_with_scalar(torch.pow, 2.0, keyword="exponent", positive=True), "input", "output"),
-    "gelu": _elementwise_op(_unary(F.gelu), "input", "output"),
-    "relu": _elementwise_op(_unary(torch.relu), "input", "output"),
-    "tanh": _elementwise_op(_unary(torch.tanh), "input", "output"),
-    "silu": _elementwise_op(_unary(F.silu), "input", "output"),
-    "sigmoid": _elementwise_op(_unary(torch.sigmoid), "input", "output"),
-    "hardtanh": _elementwise_op(_unary(F.hardtanh), "input", "output"),
+    "add": _elementwise_op(_binary("torch.add"), "x", "y", "output"),
+    "mul": _elementwise_op(_binary("torch.mul"), "x", "y", "output"),
+    "div": _elementwise_op(_binary("torch.div", positive_rhs=True), "x", "y", "output"),
+    "pow": _elementwise_op(_binary("torch.pow", positive_rhs=True), "x", "y", "output"),
+    "add_scalar": _elementwise_op(_with_scalar("torch.add", 1.0), "input", "output"),
+    "mul_scalar": _elementwise_op(_with_scalar("torch.mul", 2.0), "input", "output"),
+    "div_scalar": _elementwise_op(_with_scalar("torch.div", 2.0), "input", "output"),
+    "pow_scalar": _elementwise_op(_with_scalar("torch.pow", 2.0, keyword="exponent", positive=True), "input", "output"),
+    "gelu": _elementwise_op(_unary("F.gelu"), "input", "output"),
+    "relu": _elementwise_op(_unary("torch.relu"), "input", "output"),
+    "tanh": _elementwise_op(_unary("torch.tanh"), "input", "output"),
+    "silu": _elementwise_op(_unary("F.silu"), "input", "output"),
+    "sigmoid": _elementwise_op(_unary("torch.sigmoid"), "input", "output"),
+    "hardtanh": _elementwise_op(_unary("F.hardtanh"), "input", "output"),
     "ewise": Op(
         "elementwise",
         ("m", "n", "inputs"),
@@ -1002,9 +1065,9 @@ OPS: dict[str, Op] = {
         rows=_mn_rows,
         constraints=_ewise_rules,
     ),
-    "sum": Op("reduction", ("m", "n"), _reduce(torch.sum), _zero, _reduce_tensors, rows=_mn_rows),
-    "mean": Op("reduction", ("m", "n"), _reduce(torch.mean), _zero, _reduce_tensors, rows=_mn_rows),
-    "max": Op("reduction", ("m", "n"), _reduce(torch.amax), _zero, _reduce_tensors, rows=_mn_rows),
+    "sum": Op("reduction", ("m", "n"), _reduce("torch.sum"), _zero, _reduce_tensors, rows=_mn_rows),
+    "mean": Op("reduction", ("m", "n"), _reduce("torch.mean"), _zero, _reduce_tensors, rows=_mn_rows),
+    "max": Op("reduction", ("m", "n"), _reduce("torch.amax"), _zero, _reduce_tensors, rows=_mn_rows),
     "sdpa": Op(
         "attention",
         ("batch", "heads", "seq_len", "head_dim", "causal"),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pandera.pandas as pa
 
-from data.ops import DTYPES, KV_DTYPES, OPS, SHAPE_PARAMS
+from data.ops import DTYPE_INFO, KV_DTYPES, OPS, SHAPE_PARAMS
 
 STATUSES = ("ok", "error")
 BACKEND_CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "collect" / "backend"
@@ -44,7 +44,7 @@ MeasurementSchema = pa.DataFrameSchema(
     {
         "op": pa.Column(str, pa.Check.isin(list(OPS))),
         "family": pa.Column(str),
-        "dtype": pa.Column(str, pa.Check.isin(list(DTYPES))),
+        "dtype": pa.Column(str, pa.Check.isin(list(DTYPE_INFO))),
         "kv_dtype": _nullable(str, pa.Check.isin(["", *KV_DTYPES])),  # a KV cache's storage (attention; '': dtype)
         **{p: _nullable("Int64", pa.Check.ge(0)) for p in SHAPE_PARAMS},
         "shape_id": pa.Column(str, pa.Check.str_length(1, 64)),

@@ -25,7 +25,7 @@ vector loads (``cp.async`` / TMA); a contiguous row whose length is not a multip
 ``min(align_bytes, narrow_load_bytes) / 16`` below 16 bytes (NVIDIA's guidance to keep fp16 dims multiples of 8;
 :data:`NARROW_LOAD_BYTES`, conf/physics.yaml). Not for convolutions (:data:`ALIGNED_FEED_FAMILIES`): cuDNN's
 tensor-core kernels read NHWC tiles with the channels padded to the vector width, so an odd channel count does not
-narrow their loads; the alignment stays a learner input there (docs/decisions/0006-tensor-core-operand-alignment.md).
+narrow their loads; the alignment stays a learner input there (docs/decisions/0007-tensor-core-operand-alignment.md).
 
 GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM, the op registry's ``gemm``; attention as the two GEMMs
 of a fused kernel, M = seq, N = head_dim, K = 2 seq, half of K when causal; MoE as the grouped GEMM of the experts its
@@ -108,7 +108,7 @@ BIG_TILE = (128, 128)
 MIN_K_PER_SPLIT = 64  # assumption: a K slice shorter than this is not worth a split (the libraries' own lower limit)
 # Kernels that reduce over their whole K in one CTA, so no split-K: cuDNN's forward convolutions (implicit GEMM, K =
 # c_in x kh x kw) and the fused attention kernels (FlashAttention-2's forward and the memory-efficient one walk every
-# key block of their query tile in one CTA: K = the keys). docs/decisions/0005-whole-k-convolutions-and-attention.md.
+# key block of their query tile in one CTA: K = the keys). docs/decisions/0006-whole-k-convolutions-and-attention.md.
 WHOLE_K_FAMILIES = ("conv", "attention")
 # A decode-like attention (at most this many query rows per KV head: one new token of each packed query head) splits
 # its keys over CTAs and reduces the partial softmaxes after (FlashDecoding; vLLM's and FlashAttention's split-KV
@@ -121,7 +121,7 @@ GEMM_FAMILIES = ("gemm", "conv", "attention", "moe")
 # A convolution whose input channels fill less than one 16-byte vector (fewer than 8 in float16 / bfloat16, 4 in tf32:
 # a network's stem on RGB images, c_in = 3, or a spectrogram's, c_in = 1) runs on the CUDA cores at the fp32 FMA
 # peak, not the tensor cores: padded to a vector, its tiles would be mostly padding, and cuDNN picks a CUDA-core kernel.
-# docs/decisions/0008-convolution-math-modes.md.
+# docs/decisions/0009-convolution-math-modes.md.
 MIN_TC_CONV_BYTES = 16
 # In TF32 a spatial conv (kh x kw > 1) also needs a reduction (c_in x kh x kw, the implicit GEMM's K) of this many or
 # more to run on the tensor cores (fitted, conf/physics.yaml): below it, cuDNN runs it at the float32 rate.
@@ -148,10 +148,10 @@ GEMM_LIKE_FAMILIES = ("gemm", "attention", "moe")  # the learner's ``gemm_like``
 MODES = ("fp32", "tf32", "tensor16", "fp32_acc16", "tensor8")
 
 # The learner's inputs: dimensionless (counts, ratios, flags) and one absolute scale, the physics time itself
-# (``log2_physics_us``: how far a kernel is from its launch floor, docs/decisions/0013-absolute-time-input.md); no
+# (``log2_physics_us``: how far a kernel is from its launch floor, docs/decisions/0014-absolute-time-input.md); no
 # rate or size of one GPU, and no ratio of spec numbers alone (e.g. the ridge point): with a handful of training GPUs
 # such a column names the GPU and the trees learn each GPU's own factor instead of a rule
-# (docs/decisions/0012-dimensionless-learner-inputs.md).
+# (docs/decisions/0013-dimensionless-learner-inputs.md).
 # The math mode reaches the learner as ``tensor_cores`` (a tensor math mode) plus a flag each for the other modes, not
 # as a one-hot: a TF32 kernel is a tensor-core kernel (the same multistage pipelines, 4-byte operands), and a mode no
 # training row has then reads as its kind of kernel rather than falling between the trees' leaves. In the same way a
@@ -213,7 +213,7 @@ TIMES = ("compute_ms", "memory_ms", "physics_ms", "latency_ms")
 # rows leave most SMs idle and the time is one row's walk, not the bytes over the bandwidth. Per op: cycles per row =
 # a + b n (n = row length, elements: a 16-bit row takes as long as a 32-bit one), at the spec's boost clock, in waves of
 # SMs x ROWS_PER_SM rows (fitted, conf/physics.yaml). models.physics applies it as a lower bound of the kernel time,
-# after the learned efficiency. docs/decisions/0009-row-wise-kernel-bounds.md.
+# after the learned efficiency. docs/decisions/0010-row-wise-kernel-bounds.md.
 ROW_LATENCY = {op: tuple(ab) for op, ab in laws()["row_latency"]["cycles_per_row"].items()}
 ROWS_PER_SM = laws()["row_latency"]["rows_per_sm"]
 # A row-wise kernel's throughput bound on a GPU (in ``latency_ms`` too, :func:`element_bound_s`): PyTorch's softmax over
@@ -247,7 +247,7 @@ SFU_OPS_PER_SM_CLOCK = 16.0
 # A frame's ``harness_index`` column (index into :data:`HARNESSES`): from a ``harness`` column where given, else from
 # the row's ``timing_method`` (:data:`TIMING_HARNESS`), else from ``source`` (:data:`SOURCE_HARNESS`), else the
 # default, ``back_to_back`` (what a model is asked for: a kernel in a stream of framework calls).
-# docs/decisions/0007-launch-floors-per-harness.md.
+# docs/decisions/0008-launch-floors-per-harness.md.
 HARNESSES = ("back_to_back", "per_call", "library_loop", "cuda_graph")
 DEFAULT_HARNESS = "back_to_back"
 SOURCE_HARNESS = {"neusight": "per_call", "deepbench": "library_loop"}  # source name prefix -> harness

@@ -30,7 +30,7 @@ import pandas as pd
 
 from data.costs import costs, drop_defaults, echo, first_problem, shape_problems, with_defaults
 from data.hardware import HardwareRegistry, HardwareSpec
-from data.ops import DTYPE_INFO, DTYPES, KV_DTYPES, OPS, SHAPE_PARAMS
+from data.ops import DTYPE_INFO, KV_DTYPES, OPS, SHAPE_PARAMS
 
 DTYPE_BYTES = {name: d.act for name, d in DTYPE_INFO.items()}  # bytes per element of a row's activations
 REQUIRED = ("op", "hardware")
@@ -241,7 +241,7 @@ def _unit_problem(ops, specs, hw_codes, dt_names, dt_codes):
         hw_c, dt_c = divmod(int(key), len(dt_names) + 1)
         spec = specs[hw_c] if 0 <= hw_c < len(specs) else None
         dtype = dt_names[dt_c] if 0 <= dt_c < len(dt_names) else None
-        if spec is not None and isinstance(dtype, str) and dtype in DTYPES:
+        if spec is not None and isinstance(dtype, str) and dtype in DTYPE_INFO:
             message = unit_problem(spec, dtype)
             if message is not None:
                 bad[code] = message
@@ -358,9 +358,9 @@ class TabularFeaturizer:
         else:
             dt_codes, dt_names = np.zeros(n, np.intp), ["float32"]
         bad = {
-            c: f"unknown dtype {echo(_value(v), 80)}; known dtypes: {', '.join(DTYPES)}"
+            c: f"unknown dtype {echo(_value(v), 80)}; known dtypes: {', '.join(DTYPE_INFO)}"
             for c, v in enumerate(dt_names)
-            if not isinstance(v, str) or v not in DTYPES
+            if not isinstance(v, str) or v not in DTYPE_INFO
         }
         problems.append(_column_problem(dt_codes, bad))
 
@@ -382,7 +382,7 @@ class TabularFeaturizer:
         specs.append(None)  # code -1 (an empty cell) indexes the last entry
         memory_gb = np.array([np.nan if s is None else s.memory_gb for s in specs], float)[hw_codes]
         hardware = np.array([None if s is None else s.id for s in specs], object)[hw_codes]
-        dtypes = np.array([v if isinstance(v, str) and v in DTYPES else None for v in dt_names], object)[dt_codes]
+        dtypes = np.array([v if isinstance(v, str) and v in DTYPE_INFO else None for v in dt_names], object)[dt_codes]
         kv_dtypes = np.full(n, "", object)
         if "kv_dtype" in df.columns:  # a KV cache's storage, where an op reads one (empty: the row's dtype)
             kv_codes, kv_names = _factorize(df["kv_dtype"].to_numpy(object))
@@ -458,7 +458,7 @@ class TabularFeaturizer:
         X = dict(shapes)  # columns collected first, one matrix at the end
         for op in OPS:
             X[f"op_{op}"] = (op_codes == op_names.index(op)).astype(float) if op in op_names else np.zeros(n)
-        for dt in DTYPES:
+        for dt in DTYPE_INFO:
             X[f"dtype_{dt}"] = (dt_codes == dt_names.index(dt)).astype(float) if dt in dt_names else np.zeros(n)
         X["dtype_bytes"] = np.array([DTYPE_BYTES.get(dt, np.nan) for dt in dt_names], float)[dt_codes]
         X["log2_flops"] = np.log2(flops + 1)

@@ -178,7 +178,7 @@ def calibrate_widening(scores, distance, hardware_seen, level: float = 0.9, grou
     (``knots_seen``: larger shapes, other dtypes) and one for hardware outside it (``knots_unseen``). ``slope`` (the
     largest conformal quantile of ``max(0, s - q) / d`` over each quarter of the rows outside: the line ``q + slope d``
     of widenings fitted before the curves) is kept for a fit without enough outside rows (a ``q`` per unit of
-    distance when no fold row was outside) and reported (docs/decisions/0016-intervals-widened-with-domain-distance.md).
+    distance when no fold row was outside) and reported (docs/decisions/0017-intervals-widened-with-domain-distance.md).
 
     ``groups`` (per row, e.g. its op family): ``by_group`` holds a ``q_seen`` / ``q_unseen`` per group from its own
     rows (the pooled ones where it has too few; its ``q_unseen`` never below its ``q_seen`` nor the pooled

@@ -493,8 +493,16 @@ def evaluate_extrapolation(ds, seed: int, rows, registry, models: dict, out_dir)
     return records
 
 
+def evaluate_llm_serving(ds, seed: int, rows, registry, models: dict, out_dir) -> list[dict]:
+    """The LLM serving check (``models.llm_eval``)."""
+    from models.llm_eval import evaluate_llm_serving as check
+
+    return check(ds, seed, rows, registry, models, out_dir)
+
+
 PROTOCOLS = {
     "neusight": evaluate_neusight,
+    "llm_serving": evaluate_llm_serving,
     "extrapolation": evaluate_extrapolation,
     "kerneltuner": evaluate_kerneltuner,
     "wa_hls4ml": evaluate_wa_hls4ml,

@@ -39,6 +39,11 @@ layout, ``features.physics.layout_of``) and adds ``in_domain``
 ``domain_reason`` (the largest contributor, e.g. ``hw_log2_peak_flops +1.78``; ``models.domain``); an MLIR row is
 inside only if every kernel is.
 
+A runtime kernel model also answers LLM requests: rows with an ``llm_config`` column (a Hugging Face config.json as
+JSON text, ``hardware``, ``tp``, ``batch``, ``isl``, ``osl``, optional ``ep``, ``dtype``, ``kv_dtype``) get one row
+of serving figures each (``models.serving.Predictor``, ``models.llm_api.llm_rows``: TTFT, TPOT, memory, throughput;
+``docs/llm.md``), its kernels costed by this model.
+
 Bad input (unknown hardware, unknown op, a missing or invalid shape, MLIR that is not text) raises an
 ``MlflowException`` with error code ``INVALID_PARAMETER_VALUE`` whose message is the encoder's one line naming the
 row: a scoring server answers those with HTTP 400 (``costmodel serve`` with that line as the whole message), the CLI
@@ -84,7 +89,8 @@ from models.serving import (  # noqa: F401 - the serving names, importable from 
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_PACKAGES = ("data", "features", "models")  # what the pyfunc imports, bundled with every logged model
-CODE_CONF = ("physics.yaml",)  # conf/ files the bundled code reads (features.physics.LAWS_PATH)
+# conf/ files the bundled code reads: features.physics.LAWS_PATH; an LLM request's models/llm.py, models/compose.py
+CODE_CONF = ("physics.yaml", "llm.yaml", "execution.yaml")
 
 
 def signature(meta: dict) -> ModelSignature:

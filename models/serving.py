@@ -14,6 +14,9 @@ Beyond the model's own prediction, two things every served row gets here:
   FLOPs take at the spec's peak or its bytes at the spec's bandwidth. The output frame's ``attrs["below_sol"]``
   counts the rows whose point prediction was raised to it.
 
+A runtime kernel model also answers LLM requests (rows with ``llm_config``: ``models.llm_api.llm_rows``, its own
+kernel predictions composed into an engine's steps and the serving law of ``models.llm``).
+
 Bad input raises ``features.tabular.FeatureError`` with one line naming the row.
 """
 
@@ -26,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from data.hardware import HardwareRegistry
-from data.workloads import SHAPE_PARAMS
+from data.ops import SHAPE_PARAMS
 from features.inputs import mlir_text
 from features.tabular import FeatureError
 from models.conformal import bounded_interval, halfwidths
@@ -211,11 +214,24 @@ class Predictor:
         registry = overlay(self.registry, specs)
         return df, registry, build_encoder(self.meta["encoder"], registry)
 
+    def _predict_llm(self, df: pd.DataFrame) -> pd.DataFrame:
+        """LLM requests (a row per request with ``llm_config``): ``models.llm_api.llm_rows`` over this model's own
+        kernel predictions; a bad request is one ``FeatureError`` line."""
+        from models.llm_api import llm_rows
+
+        try:
+            harness = "cuda_graph" if self.meta.get("domain") else None  # a physics model: device times
+            return llm_rows(df, self.predict, self.registry, harness)
+        except ValueError as exc:  # LLMError: a bad config, layout or request
+            raise FeatureError(str(exc)) from None
+
     def predict(self, model_input) -> pd.DataFrame:
         """Per input row and target column the prediction and its interval (+ the domain columns of a model with a
         domain of validity, + ``network_<column>`` totals of a target with them). ``FeatureError`` on bad input."""
         target, meta = self.meta["target"], self.meta
         df = pd.DataFrame(model_input).reset_index(drop=True)
+        if "llm_config" in df.columns and meta["unit"] == "kernel" and "runtime_ms" in target["columns"]:
+            return self._predict_llm(df)
         network = df.pop("network") if "network" in df.columns else None
         df, registry, encoder = self._request_specs(df)
         workloads = None

@@ -21,7 +21,10 @@ Where the closed forms count more work than the fastest algorithm does, the term
   the direct multiplies) and FFT convolutions do fewer FLOPs than the direct count, and cuDNN picks them;
 * a convolution whose stride is larger than its kernel has no memory term: it never reads the input pixels between
   its windows, which the byte count includes;
-* a causal ``sdpa`` counts half its FLOPs: a fused attention kernel skips the masked half of the score matrix.
+* a MoE layer has no memory term: its bytes are the weights of the experts its tokens are routed to, an average over
+  random routing (``data.ops.experts_touched``) that a concentrated routing reads less of;
+* a causal ``sdpa`` counts the keys its queries see (``kv_len - seq_len / 2`` of ``kv_len``: half of a square one):
+  a fused attention kernel skips the masked part of the score matrix.
 
 Rows on a CPU (its peak and bandwidth are this machine's measurements of one shape, not a limit), an FPGA or an
 accelerator get no floor (NaN).
@@ -40,7 +43,7 @@ import pandas as pd
 
 from data.costs import costs
 from data.hardware import HardwareRegistry
-from data.workloads import OPS, SHAPE_PARAMS
+from data.ops import DTYPE_INFO, OPS, SHAPE_PARAMS
 
 SIXTEEN_BIT = ("float16", "bfloat16")
 
@@ -49,11 +52,10 @@ def _peak(spec, dtype: str, conv_tf32: bool) -> float:
     """The fastest dense FLOP/s a kernel in ``dtype`` can run at on ``spec`` (module docstring)."""
     rates = {k: float(v) * 1e12 for k, v in spec.peak_tflops.items()}
     fp32 = rates.get("float32", 0.0)
-    if dtype in SIXTEEN_BIT:
-        return max(rates.get(dtype, 0.0), fp32)
     if dtype == "tf32" or (dtype == "float32" and conv_tf32):
         return max(rates.get("tf32", 0.0), fp32)
-    return max(rates.get(dtype, 0.0), fp32)
+    # the rate of the dtype's math (data.ops.DTYPE_INFO: fp8 formats at the fp8 rate, weight-only int4 at bfloat16's)
+    return max(rates.get(DTYPE_INFO[dtype].rate, 0.0), fp32)
 
 
 def speed_of_light_ms(workloads: pd.DataFrame, registry: HardwareRegistry) -> np.ndarray:
@@ -61,7 +63,7 @@ def speed_of_light_ms(workloads: pd.DataFrame, registry: HardwareRegistry) -> np
     hardware's spec; NaN where the hardware is not a GPU. The frame is validated as a served one is
     (``features.tabular.TabularFeaturizer.check``: bad rows raise its ``FeatureError``)."""
     from features.physics import conv_tf32_of
-    from features.tabular import TabularFeaturizer
+    from features.tabular import TabularFeaturizer, kv_dtypes_of
 
     df = TabularFeaturizer(registry).check(workloads)
     n = len(df)
@@ -69,14 +71,19 @@ def speed_of_light_ms(workloads: pd.DataFrame, registry: HardwareRegistry) -> np
         return np.zeros(0)
     ops = df["op"].to_numpy(object)
     dtypes = df["dtype"].to_numpy(object)
-    flops, nbytes = costs(ops, {p: df[p].to_numpy(float) for p in SHAPE_PARAMS}, dtypes)
+    flops, nbytes = costs(ops, {p: df[p].to_numpy(float) for p in SHAPE_PARAMS}, dtypes, kv_dtypes=kv_dtypes_of(df))
     family = np.array([OPS[o].family for o in ops], dtype=object)
     conv = family == "conv"
     conv_tf32 = conv_tf32_of(df) & conv
     kernel, stride = df["kernel"].to_numpy(float), np.where(df["stride"].to_numpy(float) > 0, df["stride"], 1.0)
-    flops = np.where((ops == "sdpa") & (df["causal"].to_numpy(float) == 1), flops / 2, flops)
+    seq, kv = df["seq_len"].to_numpy(float), df["kv_len"].to_numpy(float)
+    kv = np.where(kv > 0, kv, seq)  # a causal query sees kv_len - seq_len / 2 keys on average (the last positions)
+    with np.errstate(invalid="ignore"):
+        causal = (ops == "sdpa") & (df["causal"].to_numpy(float) == 1)
+        flops = np.where(causal, flops * (kv - seq / 2) / np.where(causal, kv, 1.0), flops)
     flops = np.where(conv & (kernel > 1) & (stride == 1), 0.0, flops)
     nbytes = np.where(conv & (stride > kernel), 0.0, nbytes)
+    nbytes = np.where(family == "moe", 0.0, nbytes)  # the experts a routing reaches: the row does not say which
     keys = pd.Series(df["hardware"].astype(str) + "|" + df["dtype"].astype(str) + "|" + conv_tf32.astype(str))
     codes, uniques = pd.factorize(keys)
     peak, bandwidth, cache = (np.full(len(uniques), np.nan) for _ in range(3))

@@ -13,6 +13,8 @@
     costmodel serve --model models:/costmodel-runtime@champion [--host 127.0.0.1] [--port 5000]
     costmodel calibrate --model models:/costmodel-runtime@champion --measurements new_gpu.csv [--promote]
     costmodel calibrate --model models:/costmodel-runtime@champion --measure --hardware <id> [--budget 60]
+    costmodel llm --config config.json --hardware <id> [--tp 1] [--ep 1] [--dtype bf16|fp8|...] [--kv-dtype ...] \
+        --batch 32 --isl 2000 --osl 500 [--model URI|roofline] [--power-model URI] [--format text|json]
     costmodel --version
 
 Input: CSV, JSON lines or a JSON array of records, one workload per row (``op``, ``hardware``,
@@ -38,6 +40,9 @@ spec files (``models/specs.py``). The model is read from its own artifacts by th
 a ``models:/`` URI resolved through MLflow once, then cached); ``--server URL`` (or ``$COSTMODEL_SERVER`` when no
 ``--model`` is given) asks a running ``costmodel serve`` instead (``models/client.py``).
 ``costmodel models`` prints registered names, versions, aliases, their held-out metrics and each champion decision.
+``costmodel llm`` serves a Hugging Face config.json (``models/llm.py``, ``docs/llm.md``): time to first token, time per
+output token, the batch's prefill, the decode step as the context grows, throughput, memory, the largest concurrency
+that fits, power and energy with a power model; text, or ``--format json``.
 ``costmodel serve`` answers MLflow's scoring protocol (``POST /invocations``) with one-line error bodies
 (``pipelines/serve.py``) and prints where it listens.
 
@@ -608,6 +613,70 @@ def calibrate(args) -> int:
     return 0
 
 
+def llm(args) -> int:
+    """``costmodel llm``: an LLM as it is served (models/llm_api.py)."""
+    import json
+
+    from models.llm import LLMError
+    from models.llm_api import ROOFLINE, predict_llm_config, report_json, report_text
+
+    model = power = None
+    try:  # the lean loader (models.loader): no MLflow import when the resolved model is cached
+        model = args.model if args.model == ROOFLINE else _load_model(args)
+        power = (
+            _load_model(argparse.Namespace(**{**vars(args), "model": args.power_model})) if args.power_model else None
+        )
+    except CliError as exc:
+        hint = "; or --model roofline (the plain spec roofline needs no store)" if "no MLflow store" in str(exc) else ""
+        raise CliError(f"{exc}{hint}") from None
+    try:
+        res = predict_llm_config(
+            args.config,
+            args.hardware,
+            model,
+            tp=args.tp,
+            ep=args.ep,
+            dtype=args.dtype,
+            kv_dtype=args.kv_dtype,
+            batch=args.batch,
+            isl=args.isl,
+            osl=args.osl,
+            power_model=power,
+            model_name=args.model,
+        )
+    except LLMError as exc:
+        raise CliError(str(exc)) from None
+    for note in res.notes:
+        print(f"costmodel: note: {note}", file=sys.stderr)
+    print(json.dumps(report_json(res), indent=1) if args.format == "json" else report_text(res))
+    return 0
+
+
+def _add_llm(sub) -> None:
+    p = sub.add_parser("llm", help="an LLM as it is served: TTFT, TPOT, memory, throughput, energy from a config.json")
+    p.add_argument("--config", required=True, help="a Hugging Face config.json (local file; no weights)")
+    p.add_argument("--hardware", required=True, help="GPU id or alias from conf/hardware, e.g. H200-SXM")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel GPUs of a MoE model, dividing --tp (default 1)")
+    p.add_argument(
+        "--dtype", help="GEMM weights: bfloat16 (default), float16, fp8 (per tensor), fp8_block, int8, int8_wo, int4_wo"
+    )
+    p.add_argument("--kv-dtype", help="KV cache: bfloat16 (default: the activations'), float16, fp8")
+    p.add_argument("--batch", type=int, required=True, help="concurrent requests")
+    p.add_argument("--isl", type=int, required=True, help="input tokens per request")
+    p.add_argument("--osl", type=int, required=True, help="output tokens per request")
+    p.add_argument(
+        "--model",
+        default="models:/costmodel-runtime@champion",
+        help="kernel cost model URI (default models:/costmodel-runtime@champion), or 'roofline' (the plain spec "
+        "roofline, no store needed)",
+    )
+    p.add_argument("--power-model", help="a power model URI (e.g. models:/costmodel-power@champion): power, energy")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="output (default text)")
+    p.add_argument("--tracking-uri", help=TRACKING_HELP)
+    p.set_defaults(func=llm)
+
+
 def _add_calibrate(sub) -> None:
     p = sub.add_parser("calibrate", help="learn a new GPU from its measurements: registers a new model version")
     p.add_argument("--model", required=True, help="registered model URI, e.g. models:/costmodel-runtime@champion")
@@ -749,6 +818,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=serve)
 
     _add_calibrate(sub)
+    _add_llm(sub)
     return parser
 
 

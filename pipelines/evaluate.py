@@ -40,9 +40,13 @@ def load_rows(cfg: DictConfig, out: Path, registry: HardwareRegistry):
     """Imported rows of ``cfg.dataset.name``; a full import is cached as ``<out>/datasets/import/<name>.parquet``."""
     name, kwargs = cfg.dataset.name, OmegaConf.to_container(OmegaConf.create(cfg.dataset.get("import_kwargs") or {}))
     if cfg.dataset.get("loader"):  # rows from a function, e.g. the shipped pack (data.reference.load_reference)
+        import inspect
+
         from hydra.utils import get_method
 
-        return get_method(cfg.dataset.loader)()
+        loader = get_method(cfg.dataset.loader)
+        takes = inspect.signature(loader).parameters
+        return loader(cfg.data_root, cfg.dataset) if "data_root" in takes else loader()
     cache = out / "datasets" / "import" / f"{name}.parquet"
     if not kwargs and cfg.use_import_cache and cache.exists():
         return read_dataset(cache)
@@ -68,7 +72,7 @@ def run(cfg: DictConfig) -> list[dict]:
     models = {m: (lambda e=e, **kw: experiment.build(e, **kw)) for m, e in entries.items()}
     records = PROTOCOLS[name](cfg.dataset, int(cfg.seed), rows, registry, models, out)
     for r in records:
-        if "metrics" in r:
+        if "metrics" in r and "files" not in r:  # a protocol may write its own eval/ files
             r["files"] = report.public_eval_files(r, name)
             r["params"] = entries[r["model"]].params() if r["model"] in entries else {}
     params = tracking.flat_params(cfg, ["dataset"]) | {"seed": cfg.seed, "dataset_sha256": dataset_hash(rows)}

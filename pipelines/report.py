@@ -352,6 +352,7 @@ SUMMARY = {
     ],
     "resource": ["n", "r2", "r2_log1p", "smape", "mape", "coverage90"],
     "classify": ["n", "accuracy", "balanced_accuracy", "test_ok_fraction"],
+    "llm_serving": ["n", "ttft_ms.mape", "ttft_ms.medape", "tpot_ms.mape", "tpot_ms.medape", "n_failed"],
 }
 
 
@@ -374,6 +375,8 @@ def summary_table(records: list[dict], dataset: str) -> str:
                         for t in FPGA_TARGETS
                     ]
                 )
+            elif dataset == "llm_serving":
+                rows = [(scope, m, SUMMARY["llm_serving"])]
             elif dataset == "kerneltuner":
                 rows = [(scope, m, SUMMARY["kerneltuner" if scope != "all" else "kerneltuner_all"])]
             for name, values, cols in rows:

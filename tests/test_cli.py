@@ -266,7 +266,7 @@ def test_the_readme_says_how_to_stop_mlflow_ui_and_that_way_stops_its_workers(tm
     from tests.servers import MLFLOW, free_port, wait_ready
 
     readme = (ROOT / "README.md").read_text()
-    assert "kill -- -$(ps -o pgid= -p <pid>)" in readme and "Ctrl-C" in readme
+    assert "kill -- -$(ps -o pgid= -p <pid> | tr -d ' ')" in readme and "Ctrl-C" in readme
     port = free_port()
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     with open(tmp_path / "ui.log", "w") as log:
@@ -283,7 +283,7 @@ def test_the_readme_says_how_to_stop_mlflow_ui_and_that_way_stops_its_workers(tm
         pgid = os.getpgid(proc.pid)
         children = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
         assert len(children) >= 2  # mlflow and the server it started
-        subprocess.run(["sh", "-c", f"kill -- -$(ps -o pgid= -p {proc.pid})"], check=True)
+        subprocess.run(["sh", "-c", f"kill -- -$(ps -o pgid= -p {proc.pid} | tr -d ' ')"], check=True)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 30
         while subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True).returncode == 0:

@@ -37,6 +37,7 @@ def _predict_in_fresh_process(cache, *args):
         "rc = main(sys.argv[1:])\n"
         "sys.stdout.flush()\n"
         "print('MLFLOW_IMPORTED' if 'mlflow' in sys.modules else 'MLFLOW_NOT_IMPORTED', file=sys.stderr)\n"
+        "print('TORCH_IMPORTED' if 'torch' in sys.modules else 'TORCH_NOT_IMPORTED', file=sys.stderr)\n"
         "sys.exit(rc)\n"
     )
     proc = subprocess.run(
@@ -57,6 +58,7 @@ def test_lean_predictions_equal_the_pyfunc_and_a_cached_uri_imports_no_mlflow(ti
     assert rc == 0 and imported, err  # the first call resolves the alias through MLflow and caches the files
     rc, second, imported, err = _predict_in_fresh_process(tmp_path / "cache", *args)
     assert rc == 0 and not imported, err  # the second reads the cache: the model's own artifacts, no MLflow
+    assert "TORCH_NOT_IMPORTED" in err  # nor torch: costing rows is the registry's closed forms (data.ops)
     assert first == second
     lean = pd.read_csv(io.StringIO(second))
     mlflow.set_tracking_uri(tiny_run["uri"])

@@ -103,10 +103,12 @@ def test_main_job_tracks_registers_and_serves(tiny_run):
 
     assert len(held) == m["test/all/n"] and keys(held).nunique() < len(held)  # shapes repeat over hardware
     assert keys(ok).isin(set(keys(held))).sum() == len(held)
-    # the learned models beat the roofline on the held-out shapes (real rows: by a quarter at least)
+    # the learned models beat the roofline on the held-out shapes, the physics model by a quarter at least (a few
+    # rows per GPU, op and dtype: the trees see three of each LLM kernel kind)
     by_model = {r.data.tags["model"]: r.data.metrics for r in runs}
-    for name in [n for n in ("rf", "xgb") if n in by_model]:
-        assert by_model[name]["test/all/mape"] < 0.75 * by_model["roofline"]["test/all/mape"], name
+    roofline = by_model["roofline"]["test/all/mape"]
+    for name in [n for n in ("rf", "xgb", "physics") if n in by_model]:
+        assert by_model[name]["test/all/mape"] < (0.75 if name == "physics" else 1.0) * roofline, name
         assert by_model[name]["test/all/r2_log"] > by_model["roofline"]["test/all/r2_log"], name
     # the champion: the best candidate on leave-one-hardware-out (what a user holds out), the physics model here
     best = min(runs, key=lambda r: r.data.metrics["leave_one_hardware_out/all/mape"])

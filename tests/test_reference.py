@@ -166,20 +166,18 @@ def test_regenerating_from_shared_data_reproduces_the_committed_checksum(tmp_pat
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("import_data: error: shared data")
 
 
-def test_main_job_leaves_out_what_the_physics_model_cannot_cost_yet(pack):
-    """The main job's reference settings (conf/collect/default.yaml): aiconfigurator's MoE and collective rows
-    (cap 0) and every quantised-format row (exclude_dtypes) stay out of training; every other pack row is as before."""
+def test_main_job_trains_on_every_llm_kernel_of_the_pack(pack):
+    """The main job's reference settings (conf/collect/default.yaml) take the pack's aiconfigurator sample whole:
+    GEMMs in every format, prefill and decode attention, MoE and collectives; the other sources' rows as sampled."""
     from hydra import compose, initialize_config_dir
 
     from data.backends.reference import select
-    from data.ops import QUANTISED_GEMM
 
     with initialize_config_dir(config_dir=str(REFERENCE_DIR.parent / "conf"), version_base="1.3"):
         ref = compose("run").collect.backend.reference
-    assert sorted(ref.exclude_dtypes) == sorted(QUANTISED_GEMM)
-    rows = select(pack, cap=dict(ref.cap), seed=0, exclude_dtypes=list(ref.exclude_dtypes))
-    ai = rows[rows["source"].str.startswith("aiconfigurator")]
-    assert set(ai["op"]) == {"linear", "sdpa"} and set(ai["dtype"]) == {"bfloat16"}
-    assert set(ai["kv_dtype"]) == {"", "float8_e4m3fn"}  # a bfloat16 attention over an fp8 cache is kept
+    rows = select(pack, cap=dict(ref.cap), seed=0, exclude_dtypes=list(ref.exclude_dtypes or []))
+    ai, packed = (f[f["source"].str.startswith("aiconfigurator")] for f in (rows, pack))
+    assert len(ai) == len(packed) and {"moe", "all_reduce", "linear", "sdpa"} <= set(ai["op"])
+    assert {"float8_e4m3fn", "fp8_block", "int4_wo", "bfloat16"} <= set(ai["dtype"])
     others = ~pack["source"].str.startswith(("aiconfigurator", "neusight"))
     assert (~rows["source"].str.startswith(("aiconfigurator", "neusight"))).sum() == others.sum()

@@ -3,34 +3,31 @@
     from features.mlir import export_workload, parse_mlir, workloads_from_mlir
 
 ``workloads_from_mlir(text, dims=...)`` reads torch-mlir / IREE-style linalg and StableHLO (JAX, pretty or
-generic form); ``decode_mlir`` turns file bytes (UTF-8 text or MLIR bytecode) into text.
+generic form); ``decode_mlir`` turns file bytes (UTF-8 text or MLIR bytecode) into text. The names load on first
+use (PEP 562): reading a graph (``features.mlir.graph``) does not import torch, which the exporter needs.
 """
 
-from features.mlir.export import MlirStore, attach_mlir, export_workload
-from features.mlir.graph import (
-    OpGraph,
-    OpNode,
-    TensorType,
-    decode_mlir,
-    from_layers,
-    parse_mlir,
-    text_sha256,
-    to_generic,
-)
-from features.mlir.workloads import recognise, workloads_from_mlir
+import importlib
 
-__all__ = [
-    "MlirStore",
-    "attach_mlir",
-    "export_workload",
-    "OpGraph",
-    "OpNode",
-    "TensorType",
-    "decode_mlir",
-    "from_layers",
-    "parse_mlir",
-    "text_sha256",
-    "to_generic",
-    "recognise",
-    "workloads_from_mlir",
-]
+_WHERE = {
+    "MlirStore": "export",
+    "attach_mlir": "export",
+    "export_workload": "export",
+    "OpGraph": "graph",
+    "OpNode": "graph",
+    "TensorType": "graph",
+    "decode_mlir": "graph",
+    "from_layers": "graph",
+    "parse_mlir": "graph",
+    "text_sha256": "graph",
+    "to_generic": "graph",
+    "recognise": "workloads",
+    "workloads_from_mlir": "workloads",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"features.mlir.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

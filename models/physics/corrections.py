@@ -3,8 +3,8 @@ outside training (borrowed), and a new GPU's from a few of its measurements (:me
 
 A correction has one form: a scale of the launch floors, a log-bias of the kernel time (grid search), then boosted
 trees of the log kernel-time correction on the learner inputs. A GPU's rows are predicted as
-``floor_scale * floor + kernel * exp(g(x))``. docs/decisions/0010-per-gpu-corrections-and-borrowing.md,
-docs/decisions/0011-few-shot-calibration.md.
+``floor_scale * floor + kernel * exp(g(x))``. docs/decisions/0011-per-gpu-corrections-and-borrowing.md,
+docs/decisions/0012-few-shot-calibration.md.
 """
 
 from __future__ import annotations

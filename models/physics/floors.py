@@ -11,7 +11,7 @@ A floor is the intercept of runtime against physics time over a hardware's faste
 over hardware), where a kernel shows it. What no training row shows comes from priors in ``conf/physics.yaml``
 (``floors``): the launch ratios between families (:data:`GRAPH_FLOORS_MS`), between harnesses
 (:data:`OVER_PER_CALL`) and of ``linear``'s host path over a GEMM's (:data:`FLOOR_OP_PRIOR`).
-docs/decisions/0007-launch-floors-per-harness.md.
+docs/decisions/0008-launch-floors-per-harness.md.
 """
 
 from __future__ import annotations
@@ -132,6 +132,8 @@ def unseen_family_floor(floors: dict[str, float], family: str) -> float:
     median over those of ``floors[g] * GRAPH_FLOORS_MS[family] / GRAPH_FLOORS_MS[g]``. A family's launch path costs
     much the same relative to another's in each harness, so the graph table carries the ratios."""
     families = {g: v for g, v in floors.items() if g in FAMILIES}  # an op's own host path says nothing of another's
+    if not families:  # only a family's own launch paths were timed (FLOOR_OPS): they stand in for their family
+        families = {FLOOR_OPS[g]: v for g, v in floors.items() if g in FLOOR_OPS}
     return float(np.median([v * GRAPH_FLOORS_MS[family] / GRAPH_FLOORS_MS[g] for g, v in families.items()]))
 
 

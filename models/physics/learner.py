@@ -34,7 +34,7 @@ MONOTONE = {"tail_occupancy": 1, "tile_fill": 1, "log2_align_bytes": 1, "log2_k_
 # tiles, so whether all of them fit in L2 says little of its rate, while across training GPUs the ratio names the GPU
 # (L2 sizes differ by an order of magnitude between generations). Memory-bound ops and convolutions (an input re-read
 # k x k times) keep it. Zeroed, and only where the model learned GEMMs: one that never saw a GEMM predicts them as the
-# convolutions it knows, which read the ratio. docs/decisions/0012-dimensionless-learner-inputs.md.
+# convolutions it knows, which read the ratio. docs/decisions/0013-dimensionless-learner-inputs.md.
 L2_INPUT = "log2_bytes_over_l2"
 MARGIN_CLIP = 10.0  # efficiency >= e_max * sigmoid(-10) = 1.8e-4 e_max: finite even far outside the training range
 
@@ -78,7 +78,7 @@ class EfficiencyLearner:
     One learner per device class (``device_learners``): where the training rows hold CPUs and GPUs, the CPU rows get
     a learner of their own (``cpu_learner_``), so the GPU learner never sees them: a CPU and a GPU run no kernel alike
     (a CPU's GELU is bound by its transcendental math, a GPU's by DRAM or L2), and no dimensionless input tells them
-    apart (docs/decisions/0014-one-learner-per-device-class.md)."""
+    apart (docs/decisions/0015-one-learner-per-device-class.md)."""
 
     def _fit_learners(self, X: pd.DataFrame, y: np.ndarray) -> None:
         """The GPU learner on the GPU rows and, where the rows hold both device classes, a CPU learner on the CPU
@@ -108,7 +108,7 @@ class EfficiencyLearner:
     def _group_weights(self, X: pd.DataFrame) -> np.ndarray:
         """Per row its weight in the shared learner's loss: a (hardware, op family) group of n rows counts as at most
         ``group_rows`` rows (``min(1, group_rows / n)``; 0: every row 1), so the efficiency shared by every GPU and
-        family is not the one of the most-sampled group (docs/decisions/0015-group-rows-weighting.md). The per-GPU
+        family is not the one of the most-sampled group (docs/decisions/0016-group-rows-weighting.md). The per-GPU
         corrections see every row at weight 1."""
         if not self.group_rows:
             return np.ones(len(X))
