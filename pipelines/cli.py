@@ -553,21 +553,16 @@ def serve(args) -> int:
 
 
 def calibrate(args) -> int:
-    """``costmodel calibrate``: a new version of a registered model that knows one more GPU (pipelines/calibrate.py)."""
+    """``costmodel calibrate``: a new version of a registered model that knows one more GPU (pipelines/calibrate.py,
+    models/calibration.py)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import hashlib
     import logging
 
     import mlflow  # noqa: F401 - imported first: its import sets its loggers' level
 
-    from pipelines.calibrate import (
-        CalibrationError,
-        NotBetter,
-        calibrate_registered,
-        choose_sweep,
-        load_served,
-        measure_sweep,
-    )
+    from models.calibration import CalibrationError, NotBetter, choose_sweep
+    from pipelines.calibrate import calibrate_registered, load_served, measure_sweep
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     if bool(args.measurements) == bool(args.measure):
