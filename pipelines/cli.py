@@ -535,13 +535,34 @@ def models(args) -> int:
 
 
 def tune(args) -> int:
-    """``costmodel tune``: model-guided auto-tuning (pipelines/tune.py)."""
-    from pipelines.tune import cli
+    """``costmodel tune``: model-guided auto-tuning (pipelines/tune.py); an option left out takes conf/tune.yaml's
+    value. Exit status 1 when no configuration succeeded."""
+    from pipelines.tune import defaults, print_run, run_from_options
 
+    d = defaults()
+    option = {k: d[key] if getattr(args, k) is None else getattr(args, k) for k, key in TUNE_DEFAULTS.items()}
     try:
-        return cli(args)
+        run, space = run_from_options(
+            args.space,
+            args.cache,
+            args.measure,
+            option["budget"],
+            option["batch"],
+            option["strategy"],
+            args.prior,
+            option["seed"],
+            option["timeout"],
+            args.output,
+            log=lambda m: print(f"costmodel: warning: {m}", file=sys.stderr),
+        )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    print_run(run, space)
+    return 0 if run.best_config else 1
+
+
+# the tune options that default to conf/tune.yaml: option -> its key there
+TUNE_DEFAULTS = {"budget": "budget", "batch": "batch", "strategy": "strategy", "seed": "seed", "timeout": "timeout_s"}
 
 
 def serve(args) -> int:
@@ -711,7 +732,7 @@ def _budget(text: str) -> int | float:
 
 
 def _add_tune(sub) -> None:
-    """The ``costmodel tune`` options; one left out takes its value from conf/tune.yaml (``pipelines.tune.cli``)."""
+    """The ``costmodel tune`` options; one left out takes its value from conf/tune.yaml (:data:`TUNE_DEFAULTS`)."""
     p = sub.add_parser("tune", help="auto-tune a kernel: --space + --measure command, or replay a --cache")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--space", help="tunables and their values (+ optional restrictions), .yaml or .json")

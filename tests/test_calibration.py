@@ -1,5 +1,5 @@
-"""The stages behind the entry points: the calibration pool and design (models/calibration.py). The whole command
-runs in test_record.py (costmodel calibrate)."""
+"""The stages behind the entry points: the calibration pool and design (models/calibration.py), a tuning space's
+features (features.config). The whole commands run in test_record.py (costmodel calibrate) and test_tune_cli.py."""
 
 from __future__ import annotations
 
@@ -65,3 +65,13 @@ def test_spread_is_a_permutation_whose_prefixes_cover_the_range(n):
     for k in range(1, n + 1):
         taken = np.sort(np.concatenate([[-1], order[:k], [n]]))
         assert np.diff(taken).max() <= 2 * n / k + 1, (n, k, order[:k])
+
+
+def test_a_spaces_tunables_are_numbers_or_category_codes_in_its_order():
+    from features.config import tunable_features
+
+    configs = pd.DataFrame({"tile": [4, 1, 2], "layout": ["row", "col", "row"], "unroll": [1.5, 2.0, 1.5]})
+    X = tunable_features(configs)
+    assert list(X.columns) == ["cfg_tile", "cfg_layout", "cfg_unroll"]
+    assert X["cfg_tile"].tolist() == [4.0, 1.0, 2.0] and X["cfg_unroll"].tolist() == [1.5, 2.0, 1.5]
+    assert X["cfg_layout"].tolist() == [1.0, 0.0, 1.0]  # col < row
