@@ -6,6 +6,8 @@
   ``collect.backends`` (``conf/collect/backend/<name>.yaml`` + the job's per-backend settings);
 * :func:`detected_backend` + :func:`measure_frame`: a table of workloads measured on this machine (a GPU's
   calibration sweep);
+* :func:`collect_sweep_cached`: a seeded kernel sweep on one backend (the kernel model of record of the whole-network
+  models), with an optional on-disk cache;
 * :func:`collect_networks` / :func:`collect_cached`: whole networks and their distinct layers on one backend, with an
   optional on-disk cache so every trial of a sweep sees the same timings.
 """
@@ -147,6 +149,30 @@ def collect_from_config(cfg, registry, progress: bool = True, load: Callable | N
             specs.append(backend.hardware)
             frames.append(collect(backend, workloads, desc=f"{backend.name} {backend.hardware.id}", progress=progress))
     return pd.concat(frames, ignore_index=True), specs
+
+
+def collect_sweep_cached(sweep: dict, backend, seed: int, cache_dir: Path | None) -> tuple[pd.DataFrame, str]:
+    """A seeded float32 kernel sweep (``sweep``: ``{n, max_flops, max_bytes, ops}``, ``n`` shapes of each op drawn by
+    ``data.sweep.random_sweep``) measured on ``backend``: its ok rows and its key (sha256, 16 hex, of the sweep, the
+    seed, the backend's hardware and ``min_run_time``). With ``cache_dir`` the rows are kept in and read back from
+    ``<cache_dir>/kernels-<key>.parquet``, so every trial of a sweep sees the same timings."""
+    from data.store import write_parquet_durably
+    from data.sweep import random_sweep
+
+    key = hashlib.sha256(
+        json.dumps([sweep, seed, backend.hardware.id, backend.min_run_time], sort_keys=True).encode()
+    ).hexdigest()[:16]
+    path = cache_dir / f"kernels-{key}.parquet" if cache_dir is not None else None
+    if path is not None and path.exists():
+        rows = pd.read_parquet(path)
+    else:
+        ops = {op: {**spec, "n": sweep["n"]} for op, spec in sweep["ops"].items()}
+        workloads = random_sweep(ops, ["float32"], seed, sweep["max_flops"], sweep["max_bytes"])
+        rows = collect(backend, workloads, desc="kernel sweep", progress=False)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet_durably(rows, path)
+    return rows[rows["status"] == "ok"].reset_index(drop=True), key
 
 
 # --------------------------------------------------------------------------- whole networks

@@ -1,5 +1,6 @@
-"""The stages behind the entry points: the calibration pool and design (models/calibration.py), a tuning space's
-features (features.config). The whole commands run in test_record.py (costmodel calibrate) and test_tune_cli.py."""
+"""The stages behind the entry points: the calibration pool and design (models/calibration.py), a kernel sweep
+measured once and cached (data.collect.collect_sweep_cached), a tuning space's features (features.config). The
+whole commands run in test_record.py (costmodel calibrate), test_tune_cli.py and test_network_serving.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data.collect import workload_config
+from data.collect import collect_sweep_cached, workload_config
 from data.workloads import OPS, count_cost
 from models.calibration import _spread, candidates
 from tests.conftest import ROOT
@@ -65,6 +66,23 @@ def test_spread_is_a_permutation_whose_prefixes_cover_the_range(n):
     for k in range(1, n + 1):
         taken = np.sort(np.concatenate([[-1], order[:k], [n]]))
         assert np.diff(taken).max() <= 2 * n / k + 1, (n, k, order[:k])
+
+
+def test_a_kernel_sweep_is_measured_once_and_read_back(tmp_path):
+    """The kernel model of record's sweep (conf/networks.yaml kernel_sweep's form) on this CPU: its ok rows, cached
+    by a key of the sweep, the seed and the backend; another seed is another sweep."""
+    from data.backends.cpu import CpuBackend
+
+    backend = CpuBackend(num_threads=1, min_run_time=0.001, warmup=0, measure_memory=False, energy=False)
+    sweep = {"n": 3, "max_flops": 1e5, "max_bytes": 1e5, "ops": {"add": {"params": {"m": [1, 16], "n": [1, 16]}}}}
+    rows, key = collect_sweep_cached(sweep, backend, 0, tmp_path)
+    assert len(rows) == 3 and (rows["status"] == "ok").all() and (rows["runtime_ms"] > 0).all()
+    assert (tmp_path / f"kernels-{key}.parquet").exists()
+    again, same = collect_sweep_cached(sweep, backend, 0, tmp_path)
+    assert same == key
+    pd.testing.assert_frame_equal(again, rows)  # read back, not measured again (timings would differ)
+    other, other_key = collect_sweep_cached(sweep, backend, 1, None)
+    assert other_key != key and not (tmp_path / f"kernels-{other_key}.parquet").exists()
 
 
 def test_a_spaces_tunables_are_numbers_or_category_codes_in_its_order():
