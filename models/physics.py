@@ -348,6 +348,8 @@ def unseen_family_floor(floors: dict[str, float], family: str) -> float:
     they show 28-30: (e) attention 41.9 -> 19.4% MAPE, (a_all_dtypes) attention 44.2 -> 20.7; the main job's held-out
     family split (each family's floor so) 52.6 -> 44.4%."""
     families = {g: v for g, v in floors.items() if g in FAMILIES}  # an op's own host path says nothing of another's
+    if not families:  # only a family's own launch paths were timed (FLOOR_OPS): they stand in for their family
+        families = {FLOOR_OPS[g]: v for g, v in floors.items() if g in FLOOR_OPS}
     return float(np.median([v * GRAPH_FLOORS_MS[family] / GRAPH_FLOORS_MS[g] for g, v in families.items()]))
 
 
