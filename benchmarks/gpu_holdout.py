@@ -5,7 +5,7 @@
     python benchmarks/gpu_holdout.py measure pool.csv --out rows.jsonl [--seconds 300]    # on the GPU
     python benchmarks/gpu_holdout.py judge rows.jsonl [--model models:/costmodel-runtime@champion] [--repeats 3]
 
-``pool``: the candidate pool of ``costmodel calibrate --measure`` (``pipelines.calibrate.candidates``: matmul, bmm,
+``pool``: the candidate pool of ``costmodel calibrate --measure`` (``models.calibration.candidates``: matmul, bmm,
 linear, conv2d, sdpa, layernorm, softmax, add, gelu at GPU sizes, seeded) in float32, tf32, float16 and bfloat16,
 shuffled, as a CSV; ``--from neusight``: NeuSight's own workloads instead (``../shared/data/neusight``: distinct bmm,
 linear, conv2d, layernorm, softmax and elementwise shapes of its five GPUs, float32, at most ``--per-op`` of each of
@@ -22,7 +22,7 @@ already in the file.
 graph's replay or a stream of calls: ``features.physics.HARNESSES``), from the spec sheet alone (the rows' GPU must
 be in ``conf/hardware``), then ``calibrate`` on k = 10, 30, 100 random rows of it (``--repeats`` draws), scored on the
 rest; ``--choose model``: on the k rows ``costmodel calibrate --measure`` would choose from them
-(``pipelines.calibrate.rank_workloads``; the pool is its candidate sweep, so these are the rows it would measure).
+(``models.calibration.rank_workloads``; the pool is its candidate sweep, so these are the rows it would measure).
 Prints MAPE / MedAPE overall, per op family and per dtype, and the share of rows flagged out of domain.
 
     python benchmarks/gpu_holdout.py fit rows.jsonl [more.jsonl ...] [--seed 0] [--exclude GPU]  # here: a change
@@ -141,7 +141,7 @@ def pool(args) -> int:
     import numpy as np
 
     from data.importers import DatasetError
-    from pipelines.calibrate import candidates
+    from models.calibration import candidates
 
     if args.source == "neusight":
         try:
@@ -365,8 +365,8 @@ def judge(args) -> int:
     from features.physics import measurement_settings
     from models.api import load_cost_model
     from models.base import Calibratable
+    from models.calibration import ensure_hardware, rank_workloads
     from models.pyfunc import to_workloads
-    from pipelines.calibrate import ensure_hardware, rank_workloads
 
     rows = pd.read_json(args.rows, lines=True)
     rows = rows[rows["status"] == "ok"].reset_index(drop=True)

@@ -4,6 +4,10 @@
   ``data.engine.run_sweep``, a sharded crash-safe dataset directory);
 * :func:`collect_from_config`: the main job's collection: one seeded shape sweep measured by every backend of
   ``collect.backends`` (``conf/collect/backend/<name>.yaml`` + the job's per-backend settings);
+* :func:`detected_backend` + :func:`measure_frame`: a table of workloads measured on this machine (a GPU's
+  calibration sweep);
+* :func:`collect_sweep_cached`: a seeded kernel sweep on one backend (the kernel model of record of the whole-network
+  models), with an optional on-disk cache;
 * :func:`collect_networks` / :func:`collect_cached`: whole networks and their distinct layers on one backend, with an
   optional on-disk cache so every trial of a sweep sees the same timings.
 """
@@ -22,6 +26,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from data.schema import BACKEND_CONF_DIR, register_backend, validate
+
+WORKLOAD_CONF_DIR = BACKEND_CONF_DIR.parent / "workload"
 
 
 def collect(backend, workloads: list[dict], desc: str | None = None, progress: bool = True) -> pd.DataFrame:
@@ -45,6 +51,18 @@ def backend_config(name: str):
         known = ", ".join(sorted(p.stem for p in BACKEND_CONF_DIR.glob("*.yaml")))
         raise ValueError(f"collect.backends: unknown backend {name!r}; known (conf/collect/backend): {known}")
     return OmegaConf.load(path)
+
+
+def workload_config(name: str) -> dict:
+    """``conf/collect/workload/<name>.yaml`` as a plain dict (``dtypes``, ``max_flops``, ``max_bytes``, ``ops``): a
+    workload family read outside a collect job (the calibration pool, ``models.calibration.candidates``)."""
+    from omegaconf import OmegaConf
+
+    path = WORKLOAD_CONF_DIR / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in WORKLOAD_CONF_DIR.glob("*.yaml")))
+        raise ValueError(f"unknown workload {name!r}; known (conf/collect/workload): {known}")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
 def make_backends(name: str, base, options, registry) -> list:
@@ -71,6 +89,32 @@ def make_backends(name: str, base, options, registry) -> list:
     cfg.pop("hardware", None)
     make = instantiate(cfg, _partial_=True)  # the spec object goes in as is (instantiate would make it a config)
     return [make(hardware=registry.get(hw)) for hw in ([hardware] if isinstance(hardware, str) else hardware)]
+
+
+def detected_backend(name: str, registry, options: dict | None = None):
+    """The backend ``name`` (``conf/collect/backend/<name>.yaml`` + ``options``) on this machine, its hardware
+    detected: a backend that cannot run here (no CUDA device, a GPU the registry lacks) is one ValueError line."""
+    from omegaconf import OmegaConf
+
+    backend = make_backends(name, backend_config(name), OmegaConf.create(options or {}), registry)[0]
+    try:
+        backend.hardware  # noqa: B018 - detection happens on first access
+    except Exception as exc:  # NoCudaDevice, an unknown GPU name: one line
+        raise ValueError(str(exc).splitlines()[0]) from None
+    return backend
+
+
+def measure_frame(backend, workloads: pd.DataFrame, desc: str | None = None, progress: bool = True) -> pd.DataFrame:
+    """``workloads`` (one per row: ``op``, ``dtype`` and the op's shape columns) measured by ``backend``: the ok
+    rows (error rows, e.g. out of memory, are dropped)."""
+    from data.workloads import OPS
+
+    work = [
+        {"op": r["op"], "dtype": r["dtype"], "params": {p: int(r[p]) for p in OPS[r["op"]].params}}
+        for r in workloads.to_dict("records")
+    ]
+    rows = collect(backend, work, desc=desc, progress=progress)
+    return rows[rows["status"] == "ok"].reset_index(drop=True)
 
 
 def collect_from_config(cfg, registry, progress: bool = True, load: Callable | None = None):
@@ -105,6 +149,30 @@ def collect_from_config(cfg, registry, progress: bool = True, load: Callable | N
             specs.append(backend.hardware)
             frames.append(collect(backend, workloads, desc=f"{backend.name} {backend.hardware.id}", progress=progress))
     return pd.concat(frames, ignore_index=True), specs
+
+
+def collect_sweep_cached(sweep: dict, backend, seed: int, cache_dir: Path | None) -> tuple[pd.DataFrame, str]:
+    """A seeded float32 kernel sweep (``sweep``: ``{n, max_flops, max_bytes, ops}``, ``n`` shapes of each op drawn by
+    ``data.sweep.random_sweep``) measured on ``backend``: its ok rows and its key (sha256, 16 hex, of the sweep, the
+    seed, the backend's hardware and ``min_run_time``). With ``cache_dir`` the rows are kept in and read back from
+    ``<cache_dir>/kernels-<key>.parquet``, so every trial of a sweep sees the same timings."""
+    from data.store import write_parquet_durably
+    from data.sweep import random_sweep
+
+    key = hashlib.sha256(
+        json.dumps([sweep, seed, backend.hardware.id, backend.min_run_time], sort_keys=True).encode()
+    ).hexdigest()[:16]
+    path = cache_dir / f"kernels-{key}.parquet" if cache_dir is not None else None
+    if path is not None and path.exists():
+        rows = pd.read_parquet(path)
+    else:
+        ops = {op: {**spec, "n": sweep["n"]} for op, spec in sweep["ops"].items()}
+        workloads = random_sweep(ops, ["float32"], seed, sweep["max_flops"], sweep["max_bytes"])
+        rows = collect(backend, workloads, desc="kernel sweep", progress=False)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet_durably(rows, path)
+    return rows[rows["status"] == "ok"].reset_index(drop=True), key
 
 
 # --------------------------------------------------------------------------- whole networks

@@ -4,7 +4,8 @@ An auto-tuner ranks configurations of ONE kernel on ONE problem size; FLOPs and 
 configuration, so the shape features of ``features.tabular`` cannot tell them apart. What differs is how the
 work is cut into thread blocks and how those blocks fit on the GPU. Three layers of features:
 
-* :func:`config_frame`: the raw tunables of the ``config`` JSON column as numeric ``cfg_<name>`` columns;
+* :func:`config_frame`: the raw tunables of the ``config`` JSON column as numeric ``cfg_<name>`` columns
+  (:func:`tunable_features`: the same of a space's configurations, what ``costmodel tune`` learns from);
 * kernel structure, per known kernel (:data:`KERNELS`), from the tunables and the problem shape only:
   threads per block, outputs per thread, accumulator registers, local (shared) memory bytes, blocks in the grid,
   global-memory traffic implied by the tile sizes (CLBlast ``Xgemm``: Nugteren, "CLBlast", IWOCL'18; the
@@ -65,6 +66,18 @@ def device_limits(spec: HardwareSpec) -> dict:
     if key in LIMITS:
         return {**LIMITS[key], "limits_known": 1}
     return {**GENERIC, "limits_known": 0}
+
+
+def tunable_features(configs: pd.DataFrame) -> pd.DataFrame:
+    """A space's configurations (one column per tunable, ``data.tuning.Space``) as model features ``cfg_<name>`` in
+    the space's column order: numeric columns as numbers, any other as a stable category code of its text."""
+    out = pd.DataFrame(index=configs.index)
+    for col in configs.columns:
+        values = pd.to_numeric(configs[col], errors="coerce")
+        if values.isna().any():
+            values = configs[col].astype(str).astype("category").cat.codes.astype(float)
+        out[f"cfg_{col}"] = values.to_numpy(float)
+    return out.reset_index(drop=True)
 
 
 def config_frame(rows: pd.DataFrame) -> pd.DataFrame:

@@ -887,3 +887,17 @@ def parse_example_input(text: str) -> torch.Tensor:
     if any(d < 1 for d in shape):
         raise CaptureError(f"--example-input {text!r}: every dimension must be >= 1")
     return torch.empty(shape, dtype=TORCH_DTYPES[dtype], device="meta")
+
+
+def workloads_from_factory(
+    spec: str, example_inputs: list[str], dtype: str | None = None, strict: bool = False
+) -> tuple[pd.DataFrame, list[tuple[str, int]]]:
+    """:func:`workloads_from_module` of ``pkg.module:factory`` (:func:`load_factory`) on example-input shapes
+    (:func:`parse_example_input`), the capture's own warnings silenced (the caller says what was unmapped): the
+    kernels ``costmodel predict --torch`` costs. Bad input is a ValueError line (:class:`CaptureError`, ``strict``'s
+    unmapped line, an unknown ``dtype``)."""
+    module = load_factory(spec)
+    inputs = tuple(parse_example_input(s) for s in example_inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return workloads_from_module(module, inputs, dtype=dtype, strict=strict)

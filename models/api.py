@@ -42,6 +42,11 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(path) if path else None
 
 
+def is_mlflow_error(exc: BaseException) -> bool:
+    """An MLflow exception, told apart without importing MLflow (the lean loader's path never does)."""
+    return any(c.__name__ == "MlflowException" and c.__module__.startswith("mlflow") for c in type(exc).__mro__)
+
+
 def existing_store(uri: str) -> str:
     """``uri`` if it names a store that exists; a sqlite file that does not exist (a mistyped path) is a
     ``ValueError`` naming it, instead of MLflow creating an empty database and its folders. Servers and other

@@ -261,6 +261,18 @@ def compose(
 
 
 # --------------------------------------------------------------------------- networks through a kernel model
+def fit_kernel_model(model, rows: pd.DataFrame, registry, directory: str | Path):
+    """The kernel model of record of the residual network models (``NetworkComposer``): ``model`` (an unfitted
+    ``CostModel``) fitted on measured kernel ``rows`` (``runtime_ms``) with the features the composed encoders give
+    each kernel (``features.tabular.TabularFeaturizer``, as ``features.composed``), saved to ``directory`` (what the
+    models' ``kernel_model`` names, ``models.gnn.load_kernel_model``). Returns the fitted model."""
+    from features.tabular import TabularFeaturizer
+
+    model.fit(TabularFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float))
+    model.save(directory)
+    return model
+
+
 class NetworkComposer:
     """A kernel model of record + the composition, over networks encoded with their kernels
     (``features.composed``: per network ``kernels``, ``kernel_features``, ``hw_kind``): the anchor of the residual

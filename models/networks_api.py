@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from data.workloads import SHAPE_PARAMS
+from data.ops import SHAPE_PARAMS
 from features.tabular import FeatureError
 
 DESCRIBE = ("node", "target", "module", "mlir_op")  # kernel columns that describe, never enter the model
@@ -67,6 +67,15 @@ def model_input_columns(model) -> list[str] | None:
     meta = getattr(model, "metadata", None)
     schema = meta.get_input_schema() if meta is not None else None
     return schema.input_names() if schema is not None else None
+
+
+def takes_networks(model) -> bool:
+    """A whole-network model: its meta's unit is ``network`` (older models: a signature with ``mlir``, no ``op``)."""
+    meta = getattr(model.unwrap_python_model(), "meta", None) or {}
+    if "unit" in meta:
+        return meta["unit"] == "network"
+    names = model_input_columns(model) or []
+    return "mlir" in names and "op" not in names
 
 
 def check_signature(kernels: pd.DataFrame, model, where: str = "model") -> None:
@@ -182,16 +191,119 @@ def compose_total(
 _PREDICTED = ("runtime_ms", "power_w", "energy_j", "peak_mem_bytes")
 
 
+def network_total(
+    per_kernel: pd.DataFrame, targets: list[str], hardware: str, execution: str, registry=None
+) -> tuple[dict, pd.DataFrame]:
+    """The network's figures from the predicted ``targets`` columns of its kernels: composed under ``execution``
+    when the model predicts a runtime (:func:`compose_total`), else by the plain rules (:func:`total`; e.g. peak
+    memory alone). Returns the total and the per-kernel frame (with the composition's columns when composed)."""
+    if "runtime_ms" in targets:
+        return compose_total(per_kernel, hardware, execution, registry)
+    return total(per_kernel[targets]), per_kernel
+
+
+def with_total(per_kernel: pd.DataFrame, row: Mapping, **label) -> pd.DataFrame:
+    """The per-kernel table with the network's total as its last row, named by ``label`` (e.g. ``node="total"``)."""
+    return pd.concat([per_kernel, pd.DataFrame([{**label, **row}])], ignore_index=True)
+
+
+def predict_rows(model, workloads: pd.DataFrame) -> pd.DataFrame:
+    """``model.predict(workloads)`` (the lean loader's model or MLflow's pyfunc): bad input is one FeatureError line,
+    the featurizer's own (raised inside an MLflow pyfunc with ``models.serving.INPUT_ERROR_PREFIX``) or the reason of
+    MLflow's schema check. Imports no MLflow."""
+    from models.api import is_mlflow_error
+    from models.serving import INPUT_ERROR_PREFIX
+
+    try:
+        return model.predict(workloads)
+    except FeatureError:
+        raise
+    except Exception as exc:
+        if not is_mlflow_error(exc):
+            raise
+        if exc.message.startswith(INPUT_ERROR_PREFIX):
+            raise FeatureError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
+        raise FeatureError(f"bad input: {_schema_reason(str(exc))}") from None
+
+
+def _schema_reason(message: str) -> str:
+    """MLflow's schema errors quote the whole input frame first; keep the reason after ``Error:``."""
+    reason = message.rsplit("Error: ", 1)[-1] if "Error: " in message else message
+    return " ".join(reason.split())[:300]
+
+
+def mlir_kernels(
+    text: str, where: str = "mlir", dims: Mapping[str, object] | None = None, strict: bool = False, warn=None
+) -> pd.DataFrame:
+    """The kernels recognised in an MLIR module (``features.mlir.workloads_from_mlir``: ``mlir_op``, ``node``,
+    ``op``, ``dtype`` + shape columns; ``dims`` binds its dynamic sizes). The ops with no workload mapping are said in
+    one line through ``warn`` (default: a Python warning; ``strict``: a FeatureError instead). No kernel recognised is
+    a FeatureError."""
+    import warnings
+
+    from features.mlir import workloads_from_mlir
+    from features.mlir.workloads import unmapped_line
+
+    with warnings.catch_warnings():
+        if warn is not None:
+            warnings.simplefilter("ignore")
+        df = workloads_from_mlir(text, where=where, dims=dims, strict=strict)
+    line = unmapped_line(df.attrs.get("unmapped", {}))
+    if line and warn is not None:
+        warn(f"{where}: {line}")
+    if df.empty:
+        raise FeatureError(f"{where}: no kernel recognised (what maps: features/mlir/workloads.py)")
+    return df
+
+
+def predict_input(
+    model,
+    source,
+    hardware: str | None = None,
+    where: str = "input",
+    dim_specs: list[str] | None = None,
+    strict: bool = False,
+    execution: str = "eager",
+    name: str = "the model",
+    warn=None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What ``costmodel predict`` answers for a loaded ``model`` and its input ``source``: a workload table (a
+    DataFrame; a whole-network model's output leaves out its ``mlir`` column), or an MLIR module's text (a str) on
+    ``hardware``: one row for a whole-network model (:func:`takes_networks`; output ``input``, ``hardware`` + the
+    prediction), else the kernels recognised in it (:func:`mlir_kernels`; ``dim_specs``: ``--dim`` strings,
+    ``features.mlir.dynamic.parse_dim_specs``; ``warn`` says the unmapped ops) plus their total composed under
+    ``execution`` (:func:`network_total`). Returns ``(table, predictions)``; bad input is one FeatureError line.
+    ``name``: the model's name in error lines."""
+    network, kernels = takes_networks(model), False
+    if not isinstance(source, str):  # a workload table
+        workloads = source
+    elif network:  # a whole-network model: the module is one row
+        workloads = pd.DataFrame([{"input": where, "mlir": source, "hardware": hardware}])
+    else:  # a kernel model: the kernels recognised in the module, and their total
+        from features.mlir.dynamic import parse_dim_specs
+
+        workloads = mlir_kernels(source, where, parse_dim_specs(dim_specs), strict, warn).assign(hardware=hardware)
+        workloads = workloads.astype(
+            {c: float for c in workloads if str(workloads[c].dtype) == "Int64" and c != "node"}
+        )
+        check_signature(workloads, model, name)
+        kernels = True
+    preds = predict_rows(model, workloads.drop(columns=["mlir_op", "node", "input"], errors="ignore"))
+    out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True), rsuffix="_predicted")
+    if network:  # the module text is the input, not an output column
+        out = out.drop(columns=["mlir"])
+    elif kernels:  # one row per recognised kernel plus their total
+        row, out = network_total(out, list(preds.columns), hardware, execution, _registry(model))
+        out = with_total(out, row, mlir_op="total")
+    return out, preds
+
+
 def predict_kernels(
     kernels: pd.DataFrame, model, hardware: str, execution: str | None = None, where: str | None = None
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Per-kernel predictions of a workload frame on ``hardware`` and the network's total: composed under
     ``execution`` (:func:`compose_total`), or by the plain rules (:func:`total`) when it is None. ``where``: the
     model's name in error lines (default its URI)."""
-    from mlflow.exceptions import MlflowException
-
-    from models.pyfunc import INPUT_ERROR_PREFIX
-
     if kernels.empty:
         raise FeatureError("no kernel to cost")
     free_ops = int(kernels.attrs.get("free_ops", 0) or 0)
@@ -199,14 +311,7 @@ def predict_kernels(
     check_signature(kernels, loaded, where or (model if isinstance(model, str) else "the model"))
     frame = kernels.drop(columns=[c for c in DESCRIBE if c in kernels.columns]).assign(hardware=hardware)
     frame = frame.astype({c: float for c in SHAPE_PARAMS if c in frame.columns})
-    try:
-        preds = loaded.predict(frame)
-    except MlflowException as exc:
-        msg = exc.message
-        raise FeatureError(
-            msg.removeprefix(INPUT_ERROR_PREFIX) if msg.startswith(INPUT_ERROR_PREFIX) else " ".join(msg.split())[:300]
-        ) from None
-    preds = pd.DataFrame(preds).reset_index(drop=True)
+    preds = pd.DataFrame(predict_rows(loaded, frame)).reset_index(drop=True)
     preds = preds.drop(columns=[c for c in preds.columns if c.startswith("network_") and preds[c].isna().all()])
     per_kernel = kernels.reset_index(drop=True).assign(hardware=hardware).join(preds)
     if execution is None:
@@ -245,10 +350,6 @@ def predict_mlir(
 ) -> NetworkPrediction:
     """Cost an MLIR module's kernels (``features.mlir.workloads_from_mlir``; ``dims`` binds dynamic sizes) run in
     ``execution`` mode."""
-    from features.mlir import workloads_from_mlir
-
-    kernels = workloads_from_mlir(text, where=where, dims=dims, strict=strict)
-    if kernels.empty:
-        raise FeatureError(f"{where}: no kernel recognised")
+    kernels = mlir_kernels(text, where, dims=dims, strict=strict)
     per_kernel, tot = predict_kernels(kernels, model, hardware, execution)
     return NetworkPrediction(per_kernel, tot, sorted(kernels.attrs.get("unmapped", {}).items()), "mlir", execution)

@@ -20,6 +20,12 @@ The first batch has no target measurements to learn from: it is random, or, if `
 (lower = more promising, e.g. a model trained on other GPUs: :func:`transfer_prior`), half the prior's best
 candidates and half random ones. The result (:class:`TuneResult`) is the whole history in measurement order.
 
+A user's space (``data.tuning.Space``: a space file with a measure command, or a replayed Kernel Tuner cache; what
+``costmodel tune`` and ``python -m pipelines.tune`` run): :func:`run_tune` tunes it on its tunables alone, the
+budget a count or a fraction of the space (:func:`budget_count`), the first batch optionally ranked by a model
+fitted on measurements elsewhere (:func:`prior_scores`); its :class:`TuneRun` carries the history with the
+configurations, the best one and a summary.
+
 Simulation (the measure function is a recorded exhaustive cache): :class:`CacheSpace` builds the space of one
 kernel on one GPU from schema rows (``data.importers.kerneltuner``) with the tuning features of
 ``features.config`` (tunables, kernel structure, spec-relative occupancy / waves, and what the other GPUs measured
@@ -31,6 +37,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import numbers
 import random
 import shutil
 import tempfile
@@ -44,7 +52,8 @@ import pandas as pd
 from scipy.stats import norm
 
 from data.hardware import HardwareRegistry
-from features.config import reference_runtime_features, tuning_features
+from data.tuning import Space, plain
+from features.config import reference_runtime_features, tunable_features, tuning_features
 
 STRATEGIES = ("ei", "thompson", "greedy", "random")
 
@@ -271,6 +280,112 @@ def tune(
     history = pd.concat(records, ignore_index=True)
     history.insert(0, "step", np.arange(1, len(history) + 1))
     return TuneResult(history, strategy, seed)
+
+
+# --- a space's run: budget, prior, summary -------------------------------------------------------------------
+
+
+def budget_count(budget: float | int, n: int) -> int:
+    """How many configurations a budget measures, at most the space: an integer is a count; a number written with a
+    decimal point (a float) up to 1.0 is a fraction of the space (``1.0``: all of it), above 1 a count that must be
+    whole (``50.0`` = 50)."""
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not budget > 0:
+        raise ValueError(f"budget must be > 0 (a count, or a fraction of the space up to 1.0), got {budget!r}")
+    if isinstance(budget, numbers.Integral):
+        return min(n, int(budget))
+    if budget <= 1:
+        return min(n, max(1, math.ceil(float(budget) * n - 1e-9)))
+    if not float(budget).is_integer():
+        raise ValueError(f"budget {budget}: a count is a whole number (a fraction of the space is at most 1.0)")
+    return min(n, int(budget))
+
+
+def prior_scores(prior: pd.DataFrame, space: Space, seed: int = 0, where: str = "prior") -> np.ndarray:
+    """Scores per candidate of ``space`` (lower = more promising) from measurements elsewhere (``prior``:
+    ``data.tuning.read_prior``; ``where`` names it in errors): a model fitted on the prior's runtimes relative to
+    each ``hardware``'s best (one group if no ``hardware`` column), on the tunables
+    (``features.config.tunable_features``)."""
+    missing = [c for c in [*space.configs.columns, "runtime_ms"] if c not in prior.columns]
+    if missing:
+        raise ValueError(f"prior {where}: column(s) missing: {', '.join(missing)}")
+    runtime = pd.to_numeric(prior["runtime_ms"], errors="coerce")
+    prior = prior[np.isfinite(runtime) & (runtime > 0)].reset_index(drop=True)
+    if len(prior) < 2:
+        raise ValueError(f"prior {where}: fewer than 2 rows with a positive runtime_ms")
+    groups = prior["hardware"] if "hardware" in prior.columns else pd.Series(0, index=prior.index)
+    y = prior["runtime_ms"].astype(float)
+    rel = (y / y.groupby(groups).transform("min")).to_numpy(float)
+    both = tunable_features(pd.concat([space.configs, prior[list(space.configs.columns)]], ignore_index=True))
+    X_space, X_prior = both.iloc[: len(space.configs)], both.iloc[len(space.configs) :]
+    model = default_model_factory(seed).fit(X_prior.reset_index(drop=True), rel)
+    return np.asarray(model.predict(X_space), float)
+
+
+@dataclass
+class TuneRun:
+    """A finished run over a :class:`data.tuning.Space`: the history (configs + step, batch, runtime_ms,
+    predicted_ms, reason, status), the best configuration and the summary metrics."""
+
+    history: pd.DataFrame
+    best_config: dict
+    summary: dict
+
+
+def run_tune(
+    space: Space,
+    measure: Callable | None = None,
+    budget: float = 50,
+    batch: int = 5,
+    strategy: str = "thompson",
+    seed: int = 0,
+    prior: np.ndarray | None = None,
+    n_models: int = 4,
+    min_fit: int = 8,
+) -> TuneRun:
+    """Tune ``space`` on its tunables (``features.config.tunable_features``) with ``measure`` (default: replay
+    ``space.recorded_ms``) for :func:`budget_count` measurements; a replay's summary says how far the best found is
+    from the best recorded."""
+    n = len(space.configs)
+    count = budget_count(budget, n)
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    if measure is None:
+        if space.recorded_ms is None:
+            raise ValueError("no measure command and no recorded runtimes to replay")
+        recorded = space.recorded_ms
+
+        def measure(indices):
+            return recorded[np.asarray(indices, int)]
+
+    result = tune(
+        tunable_features(space.configs),
+        measure,
+        count,
+        batch,
+        strategy,
+        seed,
+        prior=prior,
+        n_models=n_models,
+        min_fit=min_fit,
+    )
+    h = result.history
+    configs = space.configs.iloc[h["index"].to_numpy()].reset_index(drop=True)
+    history = pd.concat([h, configs], axis=1)
+    history["status"] = np.where(history["runtime_ms"].notna(), "ok", "failed")
+    ok = history["runtime_ms"].notna()
+    summary = {"space_size": n, "budget": count, "measured": len(history), "failed": int((~ok).sum())}
+    if not ok.any():
+        return TuneRun(history, {}, summary)
+    best = history.loc[history["runtime_ms"].idxmin()]
+    summary["best_ms"] = float(best["runtime_ms"])
+    if space.recorded_ms is not None and np.isfinite(space.recorded_ms).any():
+        best_recorded = float(np.nanmin(space.recorded_ms))
+        summary.update(
+            best_recorded_ms=best_recorded,
+            ratio_to_best=summary["best_ms"] / best_recorded,
+            measurements_to_within_2pct=result.measurements_to_within(best_recorded, 0.02),
+        )
+    return TuneRun(history, {c: plain(best[c]) for c in space.configs.columns}, summary)
 
 
 # --- simulation on exhaustive caches -------------------------------------------------------------------------

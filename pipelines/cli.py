@@ -138,15 +138,11 @@ def _set_uri(arg: str | None, model: str | None = None) -> str | None:
     return uri
 
 
-def _is_mlflow_error(exc: BaseException) -> bool:
-    """An MLflow exception, told apart without importing MLflow (the lean path never does)."""
-    return any(c.__name__ == "MlflowException" and c.__module__.startswith("mlflow") for c in type(exc).__mro__)
-
-
 def _load_model(args, lean: bool = True):
     """The model of ``--model`` with the specs of ``--hardware-spec`` added: the lean loader's (``models.loader``:
     no MLflow import when the resolved URI is cached), or MLflow's pyfunc (``lean=False``: a scoring server)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from models.api import is_mlflow_error
     from models.loader import load
 
     uri = _store(args.tracking_uri, args.model)
@@ -156,7 +152,7 @@ def _load_model(args, lean: bool = True):
     except OSError as exc:
         raise CliError(f"cannot load model {_echo(args.model)}: {_first_line(exc)}") from None
     except Exception as exc:
-        if _is_mlflow_error(exc):
+        if is_mlflow_error(exc):
             raise CliError(f"cannot load model {_echo(args.model)}: {_first_line(exc)}") from None
         raise
 
@@ -182,12 +178,6 @@ def _first_line(exc: BaseException, limit: int = 200) -> str:
     lines = str(exc).strip().splitlines()
     line = " ".join(lines[0].split()) if lines else type(exc).__name__
     return line if len(line) <= limit else line[:limit] + "..."
-
-
-def _schema_reason(message: str) -> str:
-    """MLflow's schema errors quote the whole input frame first; keep the reason after ``Error:``."""
-    reason = message.rsplit("Error: ", 1)[-1] if "Error: " in message else message
-    return " ".join(reason.split())[:300]
 
 
 # --------------------------------------------------------------------------- input and output
@@ -289,37 +279,25 @@ def predict(args) -> int:
         raise CliError("--dim binds dynamic sizes of an .mlir input")
     source = _read_input(args, in_fmt)
     model = _load_model(args)
-
-    import pandas as pd
-
     from features.tabular import FeatureError
-    from models.serving import INPUT_ERROR_PREFIX
+    from models.networks_api import predict_input
 
-    network = _takes_networks(model)
-    if in_fmt == "mlir" and network:  # a whole-network model: the module is one row
-        workloads = pd.DataFrame([{"input": _input_name(args), "mlir": source, "hardware": args.hardware}])
-    elif in_fmt == "mlir":  # a kernel model: the kernels recognised in the module, and their total
-        workloads = _mlir_workloads(source, _input_name(args), args.hardware, args.dim, args.strict)
-        _check_model(workloads, model, args.model)
-    else:
-        workloads = source
     try:
-        preds = model.predict(workloads.drop(columns=["mlir_op", "node", "input"], errors="ignore"))
+        out, preds = predict_input(
+            model,
+            source,
+            args.hardware,
+            _input_name(args),
+            args.dim,
+            args.strict,
+            args.execution,
+            args.model,
+            warn=_warn_unmapped,
+        )
     except FeatureError as exc:
         raise CliError(str(exc)) from None
-    except Exception as exc:
-        if not _is_mlflow_error(exc):
-            raise
-        if exc.message.startswith(INPUT_ERROR_PREFIX):  # the featurizer's one line, raised inside the pyfunc
-            raise CliError(exc.message.removeprefix(INPUT_ERROR_PREFIX)) from None
-        raise CliError(f"bad input: {_schema_reason(str(exc))}") from None
     _warn_domain(preds)
     _warn_sol(preds)
-    out = workloads.reset_index(drop=True).join(preds.reset_index(drop=True), rsuffix="_predicted")
-    if network:  # the module text is the input, not an output column
-        out = out.drop(columns=["mlir"])
-    elif in_fmt == "mlir":  # one row per recognised kernel plus their total
-        out = _with_total(out, list(preds.columns), args.hardware, args.execution, model)
     return _write(out, args.output, fmt)
 
 
@@ -365,16 +343,6 @@ def _check_sources(args) -> None:
         raise CliError("--example-input and --dtype go with --torch")
 
 
-def _check_model(workloads, model, uri: str) -> None:
-    from features.tabular import FeatureError
-    from models.networks_api import check_signature
-
-    try:
-        check_signature(workloads, model, uri)
-    except FeatureError as exc:
-        raise CliError(str(exc)) from None
-
-
 def _warn_domain(preds) -> None:
     """One warning line with the count of rows outside the model's training domain (a model with ``in_domain``)."""
     if "in_domain" not in preds.columns:
@@ -411,21 +379,13 @@ def _warn_unmapped(line: str) -> None:
 # --------------------------------------------------------------------------- PyTorch models (features/torch_capture)
 def _predict_torch(args):
     """``--torch pkg.module:factory``: the module's kernels on ``--example-input``, predicted, plus the total."""
-    import warnings
-
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    import pandas as pd
-
     from features.tabular import FeatureError
-    from features.torch_capture import load_factory, parse_example_input, unmapped_line, workloads_from_module
-    from models.networks_api import predict_kernels
+    from features.torch_capture import unmapped_line, workloads_from_factory
+    from models.networks_api import predict_kernels, with_total
 
     try:
-        module = load_factory(args.torch)
-        inputs = tuple(parse_example_input(s) for s in args.example_input)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            kernels, unmapped = workloads_from_module(module, inputs, dtype=args.dtype, strict=args.strict)
+        kernels, unmapped = workloads_from_factory(args.torch, args.example_input, args.dtype, args.strict)
     except ValueError as exc:  # CaptureError, strict's unmapped line, a bad --dtype
         raise CliError(str(exc)) from None
     _warn_unmapped(unmapped_line(unmapped))
@@ -436,61 +396,10 @@ def _predict_torch(args):
         per_kernel, total = predict_kernels(kernels, model, args.hardware, args.execution, where=args.model)
     except FeatureError as exc:
         raise CliError(str(exc)) from None
-    row = {"node": "total", "hardware": args.hardware, **total}
-    return pd.concat([per_kernel, pd.DataFrame([row])], ignore_index=True)
+    return with_total(per_kernel, total, node="total", hardware=args.hardware)
 
 
-# --------------------------------------------------------------------------- MLIR (features/mlir)
-def _takes_networks(model) -> bool:
-    """A whole-network model: its meta's unit is ``network`` (older models: a signature with ``mlir``, no ``op``)."""
-    meta = getattr(model.unwrap_python_model(), "meta", None) or {}
-    if "unit" in meta:
-        return meta["unit"] == "network"
-    schema = model.metadata.get_input_schema()
-    names = schema.input_names() if schema is not None else []
-    return "mlir" in names and "op" not in names
-
-
-def _mlir_workloads(text: str, where: str, hardware: str, dim_specs: list[str] | None = None, strict: bool = False):
-    """``predict`` with a kernel model on a .mlir file: the kernels recognised in it, on ``--hardware``."""
-    import warnings
-
-    from features.mlir import workloads_from_mlir
-    from features.mlir.dynamic import parse_dim_specs
-    from features.mlir.workloads import unmapped_line
-    from features.tabular import FeatureError
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            df = workloads_from_mlir(text, where=where, dims=parse_dim_specs(dim_specs), strict=strict)
-    except FeatureError as exc:
-        raise CliError(str(exc)) from None
-    line = unmapped_line(df.attrs.get("unmapped", {}))
-    _warn_unmapped(f"{where}: {line}" if line else "")
-    if df.empty:
-        raise CliError(f"{where}: no kernel recognised (what maps: features/mlir/workloads.py)")
-    df = df.assign(hardware=hardware)
-    return df.astype({c: float for c in df.columns if str(df[c].dtype) == "Int64" and c != "node"})
-
-
-def _with_total(out, targets: list[str], hardware: str, execution: str, model):
-    """Append the total row: the kernels composed under ``execution`` (``models.networks_api.compose_total``)."""
-    import pandas as pd
-
-    from features.tabular import FeatureError
-    from models.networks_api import _registry, compose_total, total
-
-    try:
-        if "runtime_ms" in targets:
-            row, out = compose_total(out, hardware, execution, _registry(model))
-        else:  # e.g. peak memory alone: the plain rules
-            row = total(out[targets])
-    except FeatureError as exc:
-        raise CliError(str(exc)) from None
-    return pd.concat([out, pd.DataFrame([{"mlir_op": "total", **row}])], ignore_index=True)
-
-
+# --------------------------------------------------------------------------- featurize (features/describe)
 def featurize(args) -> int:
     import json
 
@@ -535,13 +444,34 @@ def models(args) -> int:
 
 
 def tune(args) -> int:
-    """``costmodel tune``: model-guided auto-tuning (pipelines/tune.py)."""
-    from pipelines.tune import cli
+    """``costmodel tune``: model-guided auto-tuning (pipelines/tune.py); an option left out takes conf/tune.yaml's
+    value. Exit status 1 when no configuration succeeded."""
+    from pipelines.tune import defaults, print_run, run_from_options
 
+    d = defaults()
+    option = {k: d[key] if getattr(args, k) is None else getattr(args, k) for k, key in TUNE_DEFAULTS.items()}
     try:
-        return cli(args)
+        run, space = run_from_options(
+            args.space,
+            args.cache,
+            args.measure,
+            option["budget"],
+            option["batch"],
+            option["strategy"],
+            args.prior,
+            option["seed"],
+            option["timeout"],
+            args.output,
+            log=lambda m: print(f"costmodel: warning: {m}", file=sys.stderr),
+        )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    print_run(run, space)
+    return 0 if run.best_config else 1
+
+
+# the tune options that default to conf/tune.yaml: option -> its key there
+TUNE_DEFAULTS = {"budget": "budget", "batch": "batch", "strategy": "strategy", "seed": "seed", "timeout": "timeout_s"}
 
 
 def serve(args) -> int:
@@ -553,21 +483,16 @@ def serve(args) -> int:
 
 
 def calibrate(args) -> int:
-    """``costmodel calibrate``: a new version of a registered model that knows one more GPU (pipelines/calibrate.py)."""
+    """``costmodel calibrate``: a new version of a registered model that knows one more GPU (pipelines/calibrate.py,
+    models/calibration.py)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import hashlib
     import logging
 
     import mlflow  # noqa: F401 - imported first: its import sets its loggers' level
 
-    from pipelines.calibrate import (
-        CalibrationError,
-        NotBetter,
-        calibrate_registered,
-        choose_sweep,
-        load_served,
-        measure_sweep,
-    )
+    from models.calibration import CalibrationError, NotBetter, choose_sweep
+    from pipelines.calibrate import calibrate_registered, load_served, measure_sweep
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     if bool(args.measurements) == bool(args.measure):
@@ -716,7 +641,7 @@ def _budget(text: str) -> int | float:
 
 
 def _add_tune(sub) -> None:
-    """The ``costmodel tune`` options; one left out takes its value from conf/tune.yaml (``pipelines.tune.cli``)."""
+    """The ``costmodel tune`` options; one left out takes its value from conf/tune.yaml (:data:`TUNE_DEFAULTS`)."""
     p = sub.add_parser("tune", help="auto-tune a kernel: --space + --measure command, or replay a --cache")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--space", help="tunables and their values (+ optional restrictions), .yaml or .json")

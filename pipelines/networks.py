@@ -22,9 +22,11 @@ import time
 import warnings
 
 import hydra
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from data.collect import collect_cached, make_backends, network_grid
+from data.collect import collect_cached, collect_sweep_cached, make_backends, network_grid
+from models.compose import fit_kernel_model
 from models.splits import architecture_folds
 from pipelines import experiment, report, tracking
 
@@ -57,43 +59,19 @@ def needs_kernel_model(cfg: DictConfig) -> bool:
 
 def kernel_model(cfg: DictConfig, backend, registry, out) -> str:
     """The kernel model of record of the composed / residual models: ``kernel_model_path`` when given, else a model
-    (``kernel_model``) fitted on a seeded sweep of kernels (``kernel_sweep``) measured on ``backend``, cached under
-    ``<output_dir>/<cache_dir>`` when ``cache`` is on. Returns the saved model's directory."""
-    import hashlib
-    import json
-
-    import pandas as pd
-    from hydra.utils import instantiate
-
-    from data.collect import collect
-    from data.store import write_parquet_durably
-    from data.sweep import random_sweep
-    from features.tabular import TabularFeaturizer
-
+    (``kernel_model``) fitted on a seeded sweep of kernels (``kernel_sweep``) measured on ``backend``
+    (``data.collect.collect_sweep_cached``, cached under ``<output_dir>/<cache_dir>`` when ``cache`` is on;
+    ``models.compose.fit_kernel_model``). Returns the saved model's directory."""
     if cfg.kernel_model_path:
         return str(cfg.kernel_model_path)
     sweep = OmegaConf.to_container(cfg.kernel_sweep, resolve=True)
-    ops = {op: {**spec, "n": sweep["n"]} for op, spec in sweep["ops"].items()}
-    workloads = random_sweep(ops, ["float32"], cfg.seed, sweep["max_flops"], sweep["max_bytes"])
-    key = hashlib.sha256(
-        json.dumps([sweep, cfg.seed, backend.hardware.id, backend.min_run_time], sort_keys=True).encode()
-    ).hexdigest()[:16]
-    path = out / cfg.cache_dir / f"kernels-{key}.parquet"
-    if cfg.cache and path.exists():
-        rows = pd.read_parquet(path)
-    else:
-        rows = collect(backend, workloads, desc="kernel sweep", progress=False)
-        if cfg.cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_parquet_durably(rows, path)
-    rows = rows[rows["status"] == "ok"].reset_index(drop=True)
+    rows, key = collect_sweep_cached(sweep, backend, cfg.seed, out / cfg.cache_dir if cfg.cache else None)
     model = instantiate(cfg.kernel_model)
-    model.fit(TabularFeaturizer(registry).transform(rows), rows["runtime_ms"].to_numpy(float))
     directory = out / "kernel_models" / f"{type(model).__name__}-{key}"
-    model.save(directory)
+    fit_kernel_model(model, rows, registry, directory)
     report.console.print(
         f"kernel model of record: {type(model).__name__} fitted on {len(rows)} swept kernels "
-        f"({len(ops)} ops) -> {directory}"
+        f"({len(sweep['ops'])} ops) -> {directory}"
     )
     return str(directory)
 

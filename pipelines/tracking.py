@@ -95,6 +95,21 @@ def setup(cfg_mlflow: DictConfig, output_dir: Path) -> str:
     return uri
 
 
+def use_experiment(name: str) -> str:
+    """Set experiment ``name`` (created under :func:`store_lock` if missing) on the store MLflow already points at,
+    for a job that writes into an existing store (``costmodel calibrate``); an embedded sqlite store keeps its
+    artifacts beside it (``<folder of the file>/mlartifacts``), as :func:`setup` does."""
+    from models.api import sqlite_path
+
+    uri = mlflow.get_tracking_uri()
+    path = sqlite_path(uri)
+    location = (path.resolve().parent / "mlartifacts").as_uri() if path is not None else None
+    with store_lock(uri):
+        experiment_id = _experiment(MlflowClient(tracking_uri=uri), name, location)
+    mlflow.set_experiment(experiment_id=experiment_id)
+    return experiment_id
+
+
 def _experiment(client: MlflowClient, name: str, location: str | None) -> str:
     """The id of experiment ``name``, created if missing (on a server another job may create it first)."""
     found = client.get_experiment_by_name(name)  # on a new sqlite file this creates the store's tables

@@ -328,14 +328,8 @@ def test_calibrate_measures_the_sweep_the_model_chooses_on_a_fake_gpu(held_out_s
     """--measure's path on a fake H100 (tests/fake_cuda.py): the model picks a sweep that covers each kind of kernel
     over its range of runtimes, the cuda backend measures, the new version predicts that GPU from what it measured."""
     from data.workloads import family
-    from pipelines.calibrate import (
-        calibrate_registered,
-        candidates,
-        choose_sweep,
-        load_served,
-        measure_sweep,
-        rank_workloads,
-    )
+    from models.calibration import candidates, choose_sweep, rank_workloads
+    from pipelines.calibrate import calibrate_registered, load_served, measure_sweep
     from tests import fake_cuda
     from tests.fake_nvml import FakeGpu
 

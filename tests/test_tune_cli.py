@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from data.tuning import load_cache_space, load_space, parse_runtime
 from pipelines.cli import main
-from pipelines.tune import load_cache_space, load_space, parse_runtime
 from tests.conftest import SHARED
 
 A100 = SHARED / "kerneltuner" / "convolution_milo" / "A100.json.gz"
