@@ -157,32 +157,32 @@ def pool(args) -> int:
     return 0
 
 
-# What the cuda-backend rows of an H100 and an H200 (stop 30) left open, as workloads (``probe``):
+# Open questions about the laws, each as workloads that answer it (``probe``):
 # * row_alignment: large layernorms ran at 0.6-1.3 TB/s where the H200 set's ran at 1.8-2.4; every one of the former
 #   had an odd row length, every one of the latter a power of two (PyTorch's vectorised row kernels need a row length
 #   that is a multiple of the vector width). The same rows x length, n a power of two against n - 1 and n - 4.
 # * conv_channels: small 16-bit convolutions ran 1.17-1.40x slower than float32 ones of the same shapes; channels
 #   a multiple of 8 (cuDNN's NHWC tensor-core kernels) against an odd count, 16-bit against float32.
-# * overlap (stop 35): the model adds a harness's launch floor to the kernel's time; timed back to back in a stream,
+# * overlap: the model adds a harness's launch floor to the kernel's time; timed back to back in a stream,
 #   a host that runs ahead of the device hides its launch cost behind a longer kernel, so the time would be the larger
 #   of the two, not their sum (the H200 set's bf16 adds of 6.2 us of bandwidth time take 7-11 us with a 7 us floor).
 #   The same kernels eager and from a CUDA graph (no host): under the sum, eager - graph stays near the floor at
 #   every size; under the larger, it falls to ~0 once the kernel outlasts the host. bf16 square GEMMs and float32
 #   adds of 1-200 us.
-# * attention_exp (stop 35): a fused SDPA's exponentials on the SFUs add score elements / (16 SMs clock) to its GEMMs
+# * attention_exp: a fused SDPA's exponentials on the SFUs add score elements / (16 SMs clock) to its GEMMs
 #   (features.physics.SFU_OPS_PER_SM_CLOCK), fitted on the H200 set's 60 SDPAs (head_dim 64 and 128 only). The same
 #   shapes at head_dim 32-256, causal and not, in bf16 and fp16: under the law the efficiency left does not depend on
 #   the head dim; if the kernel overlaps the two (FlashAttention-3), the time is the larger, and head_dim 32 shows it.
-# * stem_channels (stop 35): 16-bit convolutions with 1 or 3 input channels run on the CUDA cores (0.13-0.52 of the
+# * stem_channels: 16-bit convolutions with 1 or 3 input channels run on the CUDA cores (0.13-0.52 of the
 #   fp32 peak, 0.01-0.07 of the tensor peak; features.physics.MIN_TC_CONV_BYTES), those of 16+ on the tensor cores;
 #   no row says where between 3 and 16 the tensor-core path starts, nor what tf32 does. A ResNet stem (7x7 stride 2)
 #   with 1-16 input channels in float32, tf32 and bfloat16.
-# * linear_floor (stop 36): ``linear`` has a launch floor of its own (models.physics.FLOOR_OPS: addmm with its bias
+# * linear_floor: ``linear`` has a launch floor of its own (models.physics.FLOOR_OPS: addmm with its bias
 #   through cuBLASLt, an algorithm query on the host at every call), fitted from NeuSight's per-call rows (1.7-2.0x the
 #   bmm floor) and the H200 set's stream (22-47 us against 10-20 for matmuls of as little work). The same small square
 #   GEMMs as ``linear`` and ``matmul``, eager and from a CUDA graph: under the law linear - matmul is the host path's
 #   10-20 us eager and ~0 from a graph (FLOOR_OP_PRIOR 1); a device-side cost (a bias kernel) would show in both.
-# * long_gemm (stop 38): does a long compute-bound kernel lose rate to the power limit, as the 70 W cards' long GEMMs
+# * long_gemm: does a long compute-bound kernel lose rate to the power limit, as the 70 W cards' long GEMMs
 #   do (0.2-0.4 of their peak), and does a fitted model say so of a GPU that does not? Square GEMMs of 1 024-16 384 in
 #   float32 (the CUDA cores), bfloat16 and tf32, one long K and one long M x N, and float32 SDPAs (the memory-efficient
 #   kernel; the H200 set has none); with ``measure --power`` each row carries its power and SM clock.
@@ -364,6 +364,7 @@ def judge(args) -> int:
     from data.workloads import SHAPE_PARAMS
     from features.physics import measurement_settings
     from models.api import load_cost_model
+    from models.base import Calibratable
     from models.calibration import ensure_hardware, rank_workloads
     from models.pyfunc import to_workloads
 
@@ -385,7 +386,7 @@ def judge(args) -> int:
     inside = served["in_domain"].astype(bool).to_numpy() if "in_domain" in served else None
     X = inner.encoder.transform(to_workloads(inputs)[0])
     model = inner.model
-    for k in KS if hasattr(model, "calibrate") else ():
+    for k in KS if isinstance(model, Calibratable) else ():
         if k >= len(rows):
             continue
         preds, tests = [], []

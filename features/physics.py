@@ -6,55 +6,53 @@ Output (:class:`PhysicsFeaturizer`): per row the physics times in ms, the hardwa
 DIMENSIONLESS features (:data:`FEATURES`) from which ``models.physics`` learns a bounded efficiency.
 
 Math mode and peak (:func:`effective_peak`), as the project's cuda backend sets them (``data.backends.cuda``
-``fp32_math``: IEEE float32 unless the dtype is ``tf32``, for cuBLAS and cuDNN alike; the H200 set measured the
-same way: its float32 3x3 convolutions run at 22 TFLOP/s, a third of the fp32 FMA peak, not TF32's 495):
+``fp32_math``: IEEE float32 unless the dtype is ``tf32``, for cuBLAS and cuDNN alike):
 
 * float32 (every op, convolutions included) runs on the CUDA cores: the fp32 FMA peak; except a conv measured with
-  PyTorch's default math (cuDNN's TF32 flag is on by default, matmul's is off; NeuSight's rows; a
-  ``conv_fp32_math`` column asks, :data:`CONV_MATHS`), which runs on the TF32 tensor cores where a GPU has them;
+  PyTorch's default math (cuDNN's TF32 flag is on by default, matmul's is off; a ``conv_fp32_math`` column asks,
+  :data:`CONV_MATHS`), which runs on the TF32 tensor cores where a GPU has them;
 * ``tf32``: the spec's TF32 tensor-core peak where it exists, else the fp32 peak, for GEMMs and convolutions; every
   other family runs the float32 kernel whatever the TF32 flags (:data:`TF32_FAMILIES`);
 * float16 / bfloat16 GEMMs: PyTorch accumulates in fp32 (cuBLAS ``CUBLAS_COMPUTE_32F``), so a GPU with tensor /
   matrix cores runs them at the spec's tensor rate (fp32 accumulate) and a GPU without (Pascal: P4's native fp16
   is 1/64 of fp32, P100's half2 2x) at its fp32 FMA rate; a dtype the GPU has no rate for (bf16 on Volta) falls
-  back to the fp32 rate (emulated).
+  back to the fp32 rate (emulated);
+* fp8 / int8: the spec's 8-bit tensor rate (mode ``tensor8``); weight-only int8 / int4 run at the 16-bit rate.
 
 Operand alignment on tensor cores (:func:`alignment_factor`): tensor-core kernels feed their operands with 16-byte
 vector loads (``cp.async`` / TMA); a contiguous row whose length is not a multiple of 16 bytes forces narrower loads
 (or a fallback kernel), and the operand feed, not the math, bounds the kernel: the tensor peak is scaled by
-``min(align_bytes, 4) / 16`` below 16 bytes (NVIDIA's guidance to keep fp16 dims multiples of 8; an 8-byte row runs
-the 4-byte kernel, :data:`NARROW_LOAD_BYTES`). Measured on the H200 set (large GEMMs,
-achieved / tensor peak): bf16 rows aligned to 2 / 4 / 16 bytes 0.13 / 0.20 / 0.77, tf32 4 / 16 bytes 0.22 / 0.63;
-float32 on the CUDA cores shows no such step (0.65 / 0.62). The learner corrects what the law misses. Not for
-convolutions (:data:`ALIGNED_FEED_FAMILIES`): cuDNN's tensor-core kernels read NHWC tiles with the channels padded
-to the vector width (a PyTorch NCHW input is transformed first), so an odd channel count does not narrow their loads:
-with the cuda backend, float16 / bfloat16 convolutions over 2 GFLOP with channels aligned to 2 bytes ran at up to
-0.31 of the tensor peak on an H200 (2.5x the law's cap of 2 / 16; on an H100 at most 0.125), median 0.05 on both.
-The alignment stays a learner input: without the cap the two GPUs' 16-bit convs come out at 0.67-0.72 of their time
-(median), with it at 1.36-1.71 for the large misaligned ones.
+``min(align_bytes, narrow_load_bytes) / 16`` below 16 bytes (NVIDIA's guidance to keep fp16 dims multiples of 8;
+:data:`NARROW_LOAD_BYTES`, conf/physics.yaml). Not for convolutions (:data:`ALIGNED_FEED_FAMILIES`): cuDNN's
+tensor-core kernels read NHWC tiles with the channels padded to the vector width, so an odd channel count does not
+narrow their loads; the alignment stays a learner input there (docs/decisions/0007-tensor-core-operand-alignment.md).
 
-GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM, the op registry's ``gemm``; attention
-as the two GEMMs of a fused kernel, M = seq, N = head_dim, K = 2 seq, half of K when causal) are split into output
-tiles ``tm x tn`` (and ``s`` slices of K, split-K) dealt to the SMs in waves (NVIDIA, "Matrix Multiplication
-Background", tile and wave quantisation). Each wave costs one full tile per SM:
+GEMM-like ops (matmul, bmm, linear; conv2d as implicit GEMM, the op registry's ``gemm``; attention as the two GEMMs
+of a fused kernel, M = seq, N = head_dim, K = 2 seq, half of K when causal; MoE as the grouped GEMM of the experts its
+tokens touch) are split into output tiles ``tm x tn`` (and ``s`` slices of K, split-K) dealt to the SMs in waves
+(NVIDIA, "Matrix Multiplication Background", tile and wave quantisation). Each wave costs one full tile per SM:
 
     t_compute(tile, s) = ceil(batch ceil(M/tm) ceil(N/tn) s / SMs) * 2 tm tn ceil(K/s) / (peak / SMs)
 
 and the library is assumed to pick the fastest of :data:`TILES` x :data:`SPLIT_K` (a lower bound of its choice).
 Memory: ``t_memory = bytes / bandwidth`` with bytes = inputs + weights + outputs once (``data.costs.costs``, the
-closed forms equal to ``data.workloads.count_cost``); ops without FLOPs (elementwise, norms, softmax, reductions)
-are memory time only. Physics time ``physics_ms = max(t_compute, t_memory)``: a roofline with tile and wave
-quantisation. What physics misses (per-tile efficiency, ramp-up, L2 reuse, library heuristics, the launch floor) is
-left to the learner, which sees only dimensionless numbers: waves, tail-wave occupancy, tile fill, the large tile's
-waste (:data:`BIG_TILE`: a library may run a shape on it rather than on the best tile), K depth, aspect ratios,
-alignment, operand layout, compute time over memory time, bytes over L2, dtype class, op family.
+closed forms of the op registry); ops without FLOPs (elementwise, norms, softmax, reductions) are memory time only;
+collectives the ring time over the spec's interconnect (:func:`comm_time_s`). Physics time ``physics_ms = max(t_compute,
+t_memory, t_comm)``: a roofline with tile and wave quantisation. What physics misses (per-tile efficiency, ramp-up, L2
+reuse, library heuristics, the launch floor) is left to the learner, which sees only dimensionless numbers: waves,
+tail-wave occupancy, tile fill, the large tile's waste (:data:`BIG_TILE`: a library may run a shape on it rather than
+on the best tile), K depth, aspect ratios, alignment, operand layout, compute time over memory time, bytes over L2,
+dtype class, op family.
 
 Operand layout (:func:`layout_of`): a GEMM's A stored ``[k, m]`` (``transpose_a``) or B stored ``[n, k]``
 (``transpose_b``, ``nn.Linear``'s weight) is read along another axis, and the library runs another kernel for it
-(cuBLAS's NN / NT / TN variants): DeepBench times each shape in two layouts, and on the TITAN X Pascal the same
-24000 x 8448 x 2816 float32 GEMM takes 109 ms in one and 152 ms in the other. Taken from ``transpose_a`` /
-``transpose_b`` columns (0 / 1) where given, else from a row's ``config`` (DeepBench's rows carry their
-transposes there), else A and B as stored row-major (``matmul``, ``bmm``); ``linear``'s weight is always ``[n, k]``.
+(cuBLAS's NN / NT / TN variants; DeepBench times each shape in two layouts). Taken from ``transpose_a`` /
+``transpose_b`` columns (0 / 1) where given, else from a row's ``config`` (DeepBench's rows carry their transposes
+there), else A and B as stored row-major (``matmul``, ``bmm``); ``linear``'s weight is always ``[n, k]``.
+
+The numbers of these laws that were fitted on measurements (row-wise bounds, the TF32 convolution threshold, the
+layernorm's second read, the narrow tensor-core load, the PCIe fabric) live in ``conf/physics.yaml`` with their
+provenance (:func:`laws`); this module keeps the physics and the definitions.
 """
 
 from __future__ import annotations
@@ -73,6 +71,19 @@ from data.ops import DTYPE_INFO, OPS, SHAPE_PARAMS, itemsize
 from features.tabular import DTYPE_BYTES, FeatureError, TabularFeaturizer, kv_dtypes_of
 
 LAWS_PATH = Path(__file__).resolve().parent.parent / "conf" / "physics.yaml"
+
+
+@functools.lru_cache(maxsize=1)
+def laws() -> dict:
+    """The fitted and assumed numbers of the physics laws, ``conf/physics.yaml`` (each with its provenance there)."""
+    return yaml.safe_load(LAWS_PATH.read_text())
+
+
+# The version of the time laws of this module. A model saves the version it was fitted with, and code with other laws
+# refuses to load it (models.physics.io): its efficiencies were learned against other times. Bump it with any change
+# to a physics time or a learner input.
+PHYSICS_VERSION = 39
+
 TILES = (
     (256, 128),
     (128, 256),
@@ -88,80 +99,40 @@ TILES = (
 )  # (tm, tn): the CTA tiles of cuBLAS / CUTLASS / cuDNN kernels (e.g. volta_sgemm_128x32)
 SPLIT_K = (1, 2, 4, 8, 16)
 # The libraries' largest common CTA tile. A library need not pick the best of TILES: NeuSight's own ``Kernel Name``
-# column shows the A100's batched GEMMs under CUDA 12.1 all on ``ampere_sgemm_128x128`` (16 588 of 16 661 bmm rows,
-# skinny ones included; its linears spread over six tiles), the P100's and P4's on ``maxwell_sgemm_128x64`` (99.6%).
-# The learner reads how much longer this tile's wave-quantised time is than the best tile's (``log2_big_tile``, >= 0,
+# column shows its batched GEMMs on ``ampere_sgemm_128x128`` and ``maxwell_sgemm_128x64`` whatever their shape. The
+# learner reads how much longer this tile's wave-quantised time is than the best tile's (``log2_big_tile``, >= 0,
 # monotone: more waste never makes a kernel faster), so what a GPU's library pays for running a shape on a large tile
-# is learned where it shows (a measured GPU's correction; calibrate's rows of a new one). GEMM and attention rows (the
-# learner's ``gemm_like``: read as 0 there, an unseen SDPA looked like a GEMM that wastes nothing); 0 for convolutions,
-# whose cuDNN tiles are another library's choice (with them, the H200's TF32 convs went 37 -> 43% MAPE). Measured
-# (log-spread of runtime / compute time over NeuSight's bmm rows over 0.2 ms, the best tile -> 128 x 128): A100 0.61
-# -> 0.19, P100 0.56 -> 0.43, P4 0.65 -> 0.56 (V100 0.39 -> 0.47, T4 0.49 -> 0.59; on every GPU's linears the best
-# tile explains more). docs/extrapolation.md has what it moved.
+# is learned where it shows (a measured GPU's correction; calibrate's rows of a new one). GEMM, attention and MoE rows
+# only: convolutions' cuDNN tiles are another library's choice.
 BIG_TILE = (128, 128)
-MIN_K_PER_SPLIT = 64  # a K slice shorter than this is not worth a split (the library's own lower limit is similar)
-# Kernels that reduce over their whole K in one CTA: no split-K. cuDNN's forward convolutions (implicit GEMM, K = c_in x
-# kh x kw) and the fused attention kernels (FlashAttention-2's forward and the memory-efficient one walk every key
-# block of their query tile in one CTA: K = the keys). Taking the best split for them too made a conv of few output
-# tiles and a long K (c_in = 1128 on 7 x 7: M = 49) look up to 16x faster than its kernel can run. Measured: log
-# (runtime / compute time) of every conv of the pack over 0.3 ms (the floor a small share) has a smaller spread without
-# the split on all 14 GPU series (NeuSight's four 0.78 / 0.62 / 0.58 / 0.62 -> 0.73 / 0.60 / 0.54 / 0.55 for P100 / P4 /
-# T4 / V100, DeepBench's ten by 0.005-0.026); the H200 set's convs and SDPAs have tiles enough either way (< 1%).
+MIN_K_PER_SPLIT = 64  # assumption: a K slice shorter than this is not worth a split (the libraries' own lower limit)
+# Kernels that reduce over their whole K in one CTA, so no split-K: cuDNN's forward convolutions (implicit GEMM, K =
+# c_in x kh x kw) and the fused attention kernels (FlashAttention-2's forward and the memory-efficient one walk every
+# key block of their query tile in one CTA: K = the keys). docs/decisions/0006-whole-k-convolutions-and-attention.md.
 WHOLE_K_FAMILIES = ("conv", "attention")
 # A decode-like attention (at most this many query rows per KV head: one new token of each packed query head) splits
 # its keys over CTAs and reduces the partial softmaxes after (FlashDecoding; vLLM's and FlashAttention's split-KV
 # decode kernels): split-K, as a GEMM's, where the whole-K rule above holds for prefill.
 SPLIT_KV_ROWS = 64
-# The version of the time laws of this module (the stop that last changed one). A model saves the version it was
-# fitted with and warns when code with other laws loads it (models.physics): its efficiencies were learned against the
-# old times, so its predictions move (the main job's champion of stop 36, fitted before the whole K, went from 13.63 to
-# 15.17% MAPE on the same held-out rows). 38: a TF32 conv of a short reduction on the CUDA cores (MIN_TF32_CONV_K),
-# a layernorm of an unaligned row in two passes (LAYERNORM_VECTOR);
-# 37: convolutions and attention over their whole K; 0: saved before versions.
-PHYSICS_VERSION = 39
 ALIGN_CAP_BYTES = 16  # 128-bit vector loads: alignment beyond 16 bytes gains nothing
-# Below 16 bytes the library's tensor-core kernels load at most this many bytes at a time: an 8-byte-aligned row runs
-# as a 4-byte-aligned one. Measured (GEMMs of 3+ GFLOP, achieved / tensor peak, 90th percentile; 16-bit and tf32):
-# 4-byte rows 0.21-0.23 and 8-byte rows 0.22-0.24 alike on the H100 and the H200 (the cuda backend's kernels and the
-# H200 set's), 16-byte rows 0.41-0.74, 2-byte 0.12-0.13; the law with 8 / 16 for 8-byte rows put their time at half.
-NARROW_LOAD_BYTES = 4
+# Below 16 bytes the library's tensor-core kernels load at most this many bytes at a time (fitted, conf/physics.yaml).
+NARROW_LOAD_BYTES = laws()["tensor_core_feed"]["narrow_load_bytes"]
 GEMM_FAMILIES = ("gemm", "conv", "attention", "moe")
 # A convolution whose input channels fill less than one 16-byte vector (fewer than 8 in float16 / bfloat16, 4 in tf32:
-# a network's stem on RGB images, c_in = 3, or a spectrogram's, c_in = 1) runs on the CUDA cores at the fp32 FMA peak,
-# not the tensor cores (the rates say so: padded to 8 channels on the tensor cores, a stem would cost 8 / 3 of its
-# FLOPs at the tensor rate, still 10x faster than measured). Measured, 16-bit convs with c_in 1 or 3 over 1 GFLOP
-# (DeepBench, the H200 set): V100 2.7-8.1 TFLOP/s (0.17-0.52 of its fp32 peak, 0.02-0.07 of its tensor peak), T4
-# 1.0-3.2 (0.13-0.40 / 0.02-0.05), the H200 12-19 (0.18-0.29 / 0.01-0.02; its float32 3x3 convs run at 0.33 of the
-# fp32 peak), P100 (no tensor cores) 6.4-12 on its half2 path; convs of 16+ channels, odd counts included, run on
-# the tensor cores (module docstring: up to 0.31 of their peak). Check (e): conv 29.9 -> 24.5% MAPE (the H200's bf16
-# stem 0.35 -> 0.65 of its time, fp16 ViT patch embedding 0.24 -> 0.89), all 19.1 -> 18.5; (a_all_dtypes) conv 32.9
-# -> 28.1.
+# a network's stem on RGB images, c_in = 3, or a spectrogram's, c_in = 1) runs on the CUDA cores at the fp32 FMA
+# peak, not the tensor cores: padded to a vector, its tiles would be mostly padding, and cuDNN picks a CUDA-core kernel.
+# docs/decisions/0009-convolution-math-modes.md.
 MIN_TC_CONV_BYTES = 16
-# In TF32 a conv also needs a reduction (c_in x kh x kw, the implicit GEMM's K) of MIN_TF32_CONV_K or more: a 3 x 3
-# conv of up to 14 input channels runs at the float32 rate, on the CUDA cores, while a 7 x 7 stem of 4 (K = 196) does
-# not. Measured on an H200 with the cuda backend (stop 38, benchmarks/gpu_holdout.py: NeuSight's 514 conv shapes timed
-# in float32 and in tf32): tf32 / float32 time 0.95-1.01 for every 3 x 3 conv with c_in 3-12 (K <= 108; 9 of them over
-# 0.3 ms), 1.00-1.16 at 13-14, 0.14-1.41 at 15-16, 0.99-2.13 at 17-30 and a median of 1 / 3.2 above 64 input
-# channels; the probe's 7 x 7 stems in tf32 ran 1.1x (c_in 3), 1.5x (4), 2.3x (8) their float32 time. NeuSight
-# measured its float32 convs with PyTorch's TF32 default (SOURCE_CONV_MATH): these are its convs on an Ampere or later
-# GPU (the law moved the H200's tf32 rows of c_in 4-14 from 58 to 38% MAPE, 1.14 -> 0.48 in log too fast). Only a
-# spatial kernel (kh x kw > 1): no 1 x 1 conv of a short reduction was measured in both modes.
-MIN_TF32_CONV_K = 128
+# In TF32 a spatial conv (kh x kw > 1) also needs a reduction (c_in x kh x kw, the implicit GEMM's K) of this many or
+# more to run on the tensor cores (fitted, conf/physics.yaml): below it, cuDNN runs it at the float32 rate.
+MIN_TF32_CONV_K = laws()["conv"]["min_tf32_k"]
 # PyTorch's layernorm on a GPU takes its vectorised one-pass kernel only for a row length that is a multiple of
 # LAYERNORM_VECTOR elements (and aligned pointers); any other row runs two kernels, RowwiseMoments then
-# LayerNormForward, which read the row twice: the memory time of LAYERNORM_TWO_PASS times the bytes. Measured on an H200
-# with the cuda backend (stop 38, benchmarks/gpu_holdout.py probe, row_alignment: 512-32 768 rows): rows of 2 047 and
-# 4 095 elements at 0.29-0.57 (bf16) and 0.37-0.65 (float32) of the bandwidth of 2 048 and 4 096, rows of 2 044 and
-# 4 092 (multiples of 4) at 0.9-1.0; softmax and add show no such step. The second read is the law; the rest (their
-# scalar loads) is not modelled. The H200's unaligned layernorms (probe and calibrate pool): norm MAPE 26.5 -> 22.3 and
-# 29.5 -> 27.3%. Every public layernorm row has an aligned length (no check moves).
+# LayerNormForward, which read the row twice: the memory time of LAYERNORM_TWO_PASS times the bytes (fitted,
+# conf/physics.yaml). Their scalar loads are not modelled.
 LAYERNORM_VECTOR = 4
-LAYERNORM_TWO_PASS = 1.5
-# the families whose tensor-core peak is scaled by their operands' alignment (module docstring): not convolutions.
-# Measured (the physics model fitted on the main job's GPU pack sample, scored on 2 160 random kernels timed with the
-# cuda backend on each of an H100 and an H200, seeds 0 / 1): 16-bit convolutions of the H200 66.6 / 62.2 -> 36.9 /
-# 38.6% MAPE, of the H100 39.0 / 38.2 -> 33.5 / 38.5; all H200 rows 28.0 / 27.8 -> 26.1 / 26.7, all H100 rows
-# 27.8 / 28.2 -> 28.3 / 29.7 (its other families move by up to 8 points between fits either way)
+LAYERNORM_TWO_PASS = laws()["layernorm"]["two_pass_reads"]
+# the families whose tensor-core peak is scaled by their operands' alignment (module docstring): not convolutions
 ALIGNED_FEED_FAMILIES = ("gemm", "attention", "moe")
 MEMORY_FAMILIES = ("elementwise", "norm", "softmax", "reduction", "pool", "data_movement")  # bytes / bandwidth
 # Collectives over the GPUs of a node: the elements a ring moves per GPU (the registry's ``wire``: 2 (g - 1) / g of
@@ -176,22 +147,15 @@ GEMM_LIKE_FAMILIES = ("gemm", "attention", "moe")  # the learner's ``gemm_like``
 # fp32 FMA, TF32 tensor core, fp16 / bf16 tensor core, 16-bit on the FMA units, fp8 / int8 tensor core
 MODES = ("fp32", "tf32", "tensor16", "fp32_acc16", "tensor8")
 
-# The learner's inputs: dimensionless (counts, ratios, flags); no absolute time, rate or size of one GPU, and no
-# ratio of spec numbers alone (e.g. the ridge point): with a handful of training GPUs such a column names the GPU and
-# the trees learn each GPU's own factor instead of a rule (leave-one-GPU-out on NeuSight: A100 MAPE 36 -> 21%).
-# The math mode reaches the learner as ``tensor_cores`` (tf32 or fp16 / bf16 on tensor cores) plus a flag each for
-# fp32, tf32 and 16-bit on the FMA units, not as a one-hot of four: a TF32 kernel is a tensor-core kernel (the same
-# multistage pipelines, 4-byte operands), and with the one-hot a mode no training row had (tf32: the public sets have
-# none but the H200's) fell between the trees' fp32 and tensor16 leaves. Where tf32 rows are in training the trees
-# can still split on ``mode_tf32``. Measured (checks of docs/extrapolation.md, seed 0, physics model alone): (e) H200
-# tf32 / bf16 / fp16 from fp32 and DeepBench's fp16 18.4 -> 16.6% MAPE (GEMMs 18.1 -> 15.7), (a_all_dtypes) 18.6 ->
-# 17.1; (a)-(c) unchanged (no tensor-core row); (d) at seeds 0-2 47.4 / 51.6 / 91.1 -> 48.1 / 51.1 / 95.3.
-# In the same way a GEMM or attention row reads ``gemm_like`` in place of a one-hot ``family_gemm`` (a fused SDPA is
-# two GEMMs; ``family_attention`` stays, for where SDPA rows are in training): no public set but the H200's has an SDPA,
-# and an unseen attention row sat with the convolutions and memory-bound ops in every split on ``family_gemm``.
-# Measured the same way: (e) 16.6 -> 16.4 (attention 17.8 -> 15.8), (a_all_dtypes) 17.1 -> 16.8 (attention 16.9 ->
-# 14.7), ``extrapolation_b_all`` 14.9 -> 14.7 (attention 16.9 -> 14.7); (d) at seeds 0-2 48.1 / 51.1 / 95.3 -> 50.0
-# / 49.7 / 93.1; (a)-(c) unchanged (no SDPA row).
+# The learner's inputs: dimensionless (counts, ratios, flags) and one absolute scale, the physics time itself
+# (``log2_physics_us``: how far a kernel is from its launch floor, docs/decisions/0014-absolute-time-input.md); no
+# rate or size of one GPU, and no ratio of spec numbers alone (e.g. the ridge point): with a handful of training GPUs
+# such a column names the GPU and the trees learn each GPU's own factor instead of a rule
+# (docs/decisions/0013-dimensionless-learner-inputs.md).
+# The math mode reaches the learner as ``tensor_cores`` (a tensor math mode) plus a flag each for the other modes, not
+# as a one-hot: a TF32 kernel is a tensor-core kernel (the same multistage pipelines, 4-byte operands), and a mode no
+# training row has then reads as its kind of kernel rather than falling between the trees' leaves. In the same way a
+# GEMM, attention or MoE row reads ``gemm_like`` in place of a one-hot ``family_gemm`` (a fused SDPA is two GEMMs).
 FEATURES = (
     *("gemm_like" if f == "gemm" else f"family_{f}" for f in FAMILIES),
     *(f"op_{op}" for op in PHYSICS_OPS),
@@ -236,8 +200,8 @@ HARDWARE_IDENTITY = (
 # Hardware position for the domain of validity (models/domain.py): also the peak of the row's math mode (it varies with
 # the dtype) and the float32 ridge point (peak over bandwidth, FLOP per byte; it follows from the identity, so not in
 # it). With a few training GPUs a spec ratio names the GPU, so the ridge is a domain axis only; but each spec inside
-# the training span can still make a new balance: the L4's 101 FLOP/byte is 3.5x any NeuSight / DeepBench / H200
-# GPU's (12.5-28.6), and its float32 GEMMs land where training has only skinny GEMMs.
+# the training span can still make a new balance (a GPU whose ridge point is far from every training GPU's runs its
+# GEMMs where training has only skinny ones).
 HARDWARE = ("hw_log2_peak_flops", *HARDWARE_IDENTITY, "hw_log2_ridge_fp32")
 # The GPU's architecture (``vendor:architecture`` from the spec, '' where unknown): never a learner input; a GPU outside
 # training borrows the per-GPU correction of its nearest measured sibling of the same architecture (models.physics).
@@ -248,58 +212,42 @@ TIMES = ("compute_ms", "memory_ms", "physics_ms", "latency_ms")
 # and softmax kernels give each row to one CTA (softmax: a warp for rows up to 1024), which walks it serially, so few
 # rows leave most SMs idle and the time is one row's walk, not the bytes over the bandwidth. Per op: cycles per row =
 # a + b n (n = row length, elements: a 16-bit row takes as long as a 32-bit one), at the spec's boost clock, in waves of
-# SMs x ROWS_PER_SM rows. Fitted on 92 layernorm and 88 softmax kernels of fewer rows than SMs measured on an H200
-# with the cuda backend (benchmarks/gpu_holdout.py, graph-timed, the floor taken off): layernorm 1378 + 2.24 n, softmax
-# 1348 + 0.53 n cycles. On an H100, which none of it came from, those rows' MAPE under floor + max(bytes / (0.6
-# bandwidth), latency) went 39.6 -> 27.3% (layernorm 49.5 -> 28.8, softmax 29.7 -> 25.7). Rows per SM: 64 (a warp a
-# row, 2048 threads an SM); 4 fits the H200's few-row layernorms a little better (25.3% on the H100) but bounds the
-# H200 set's row-rich ones at 1.5x their measured time. With 64, no public row (NeuSight, the H200 set) is bound by
-# it. models.physics applies it as a lower bound of the kernel time, after the learned efficiency.
-ROW_LATENCY = {"layernorm": (1378.0, 2.24), "rmsnorm": (1378.0, 2.24), "softmax": (1348.0, 0.53)}
-ROWS_PER_SM = 64
+# SMs x ROWS_PER_SM rows (fitted, conf/physics.yaml). models.physics applies it as a lower bound of the kernel time,
+# after the learned efficiency. docs/decisions/0010-row-wise-kernel-bounds.md.
+ROW_LATENCY = {op: tuple(ab) for op, ab in laws()["row_latency"]["cycles_per_row"].items()}
+ROWS_PER_SM = laws()["row_latency"]["rows_per_sm"]
 # A row-wise kernel's throughput bound on a GPU (in ``latency_ms`` too, :func:`element_bound_s`): PyTorch's softmax over
 # rows longer than 1024 elements (no longer the warp-per-row kernel: a block per row, up to 1024 threads, passes for
 # the max, the sum and the output) processes at most 1 / c elements per SM per cycle, whatever the dtype: a 16-bit
 # softmax takes as long as a 32-bit one of the same shape, not half (the bytes say half). Per op, ``(n from, c)``
-# pairs: rows of n elements or more take at least c cycles an element per SM at the spec's boost clock. The lower
-# envelope of the H200's kernels of 2e7+ elements (the H200 set and the cuda backend's, benchmarks/gpu_holdout.py):
-# 0.54-0.59 cycles at 1 940 elements a row (blocks of 256-512 threads, several rows per SM in flight), 0.80-1.20
-# from 4 096 (1 024-thread blocks: the H200 set's bf16 rows of exactly 4 096 at 0.80; until stop 34 the code took
-# this step only above 4 096 and bound them at 0.5); the H100's (never fitted on) 0.61-0.71 and 0.70-1.16. Never
-# above a measured kernel of the pack: NeuSight's float32 softmaxes on its 5 GPUs take 1.33-2.67 cycles an element
-# (bandwidth-bound).
-ELEMENT_CYCLES = {"softmax": ((1025, 0.5), (4096, 0.8))}
+# pairs: rows of n elements or more take at least c cycles an element per SM at the spec's boost clock (fitted,
+# conf/physics.yaml).
+ELEMENT_CYCLES = {
+    op: tuple((int(n), float(c)) for n, c in steps) for op, steps in laws()["element_cycles"]["by_op"].items()
+}
 # An elementwise op's math bound on a GPU (in ``latency_ms`` too, :func:`element_math_s`): PyTorch computes a 16-bit
 # GELU in float32 (erf: a few dozen instructions an element), so it is bound by the CUDA cores where its bytes are
-# few: at least F FLOP-equivalents an element at the spec's fp32 FMA peak, whatever the dtype. Fitted on the H200
-# (its set and the cuda backend's kernels of 2e7+ elements): bf16 / fp16 GELU at 0.32-0.37 cycles an element per SM
-# (128 fp32 lanes: 82-95 FLOP-equivalents an element; 0.62-0.67 of the bandwidth), float32 bandwidth-bound (0.85-0.88).
-# The H100's (never fitted on): 16-bit 0.35-0.41 cycles, nearer its lower bandwidth (0.77-0.88). NeuSight's float32
-# GELUs (5 GPUs, 64-128 lanes an SM) are bandwidth-bound and above the bound.
-ELEMENT_FLOPS = {"gelu": 80.0}
+# few: at least F FLOP-equivalents an element at the spec's fp32 FMA peak, whatever the dtype (fitted,
+# conf/physics.yaml).
+ELEMENT_FLOPS = {op: float(f) for op, f in laws()["element_flops"]["by_op"].items()}
 # Attention's softmax on the special-function units (in ``compute_ms``, :func:`attention_exp_s`): a fused attention
 # kernel (PyTorch's flash and memory-efficient SDPA: FlashAttention-2's schedule) evaluates one exponential per score
 # element between its two GEMMs, on the SFUs, which return 16 results per clock per SM (CUDA C Programming Guide,
 # arithmetic instruction throughput: exp2 / log2 / rcp on compute capability 5.x-9.0), and a warp does not overlap
-# them with its tensor-core GEMMs (FlashAttention-3 does, on Hopper; the H200 set's SDPAs, PyTorch 2.11, show the
-# sum: below). So the time
-# is the GEMMs' plus score elements / (16 SMs clock): on an H200 in bf16, 0.92x the GEMMs' at head_dim 64 and 0.46x at
-# 128 (989 TFLOP/s of tensor math against 4.2 T exponentials a second; 4 head_dim FLOPs a score element). Measured on
-# the H200 set's 60 SDPAs (physics time / (runtime - floor), rows over 0.1 ms): head_dim 64 at 0.38-0.39, 128 at
-# 0.54-0.57 of the GEMMs alone; with the exponentials 0.73-0.76 and 0.79-0.83, no longer by head_dim.
+# them with its tensor-core GEMMs (FlashAttention-3 does, on Hopper; PyTorch's SDPA kernels do not). So the time is the
+# GEMMs' plus score elements / (16 SMs clock).
 SFU_OPS_PER_SM_CLOCK = 16.0
 # The timing harness a runtime was measured with: a property of the harness and the software stack, not of the GPU,
 # that decides the launch floor under a short kernel. ``back_to_back``: windows of back-to-back calls through a
 # framework (PyTorch eager: the cuda backend, the H200 set; the CPU backend's blocked_autorange): the host's dispatch
-# per call, 7-30 us on a GPU (H200 set: GEMM ~10, conv ~25, SDPA ~30 us). ``per_call``: each call timed alone between
-# two CUDA events (NeuSight): launch latency + dispatch, 30-130 us. ``library_loop``: a C++ benchmark's host loop
-# calling the library directly (DeepBench: cuBLAS / cuDNN, no framework dispatch), 3-25 us. A frame's
-# ``harness_index`` column (index into :data:`HARNESSES`): from a ``harness`` column where given, else from the row's
-# ``timing_method`` (:data:`TIMING_HARNESS`), else from ``source`` (:data:`SOURCE_HARNESS`), else the default,
-# ``back_to_back`` (what a model is asked for: a kernel in a stream of framework calls). ``cuda_graph``: the kernel
-# replayed from a CUDA graph, no host dispatch between calls, so its time is the device's (the cuda backend times
-# kernels under 30 us so: data.backends.cuda), with a floor of the GPU's own launch gap (~1-6 us) where a stream of
-# framework calls pays the host's dispatch (~3-28 us).
+# per call. ``per_call``: each call timed alone between two CUDA events (NeuSight): launch latency + dispatch.
+# ``library_loop``: a C++ benchmark's host loop calling the library directly (DeepBench: cuBLAS / cuDNN, no framework
+# dispatch). ``cuda_graph``: the kernel replayed from a CUDA graph, no host dispatch between calls, so its time is the
+# device's (the cuda backend times short kernels so: data.backends.cuda), with a floor of the GPU's own launch gap.
+# A frame's ``harness_index`` column (index into :data:`HARNESSES`): from a ``harness`` column where given, else from
+# the row's ``timing_method`` (:data:`TIMING_HARNESS`), else from ``source`` (:data:`SOURCE_HARNESS`), else the
+# default, ``back_to_back`` (what a model is asked for: a kernel in a stream of framework calls).
+# docs/decisions/0008-launch-floors-per-harness.md.
 HARNESSES = ("back_to_back", "per_call", "library_loop", "cuda_graph")
 DEFAULT_HARNESS = "back_to_back"
 SOURCE_HARNESS = {"neusight": "per_call", "deepbench": "library_loop"}  # source name prefix -> harness
@@ -314,9 +262,7 @@ CONV_MATHS = ("ieee", "tf32")
 # The families whose kernels a TF32 flag reaches (cuBLAS and cuDNN: ``torch.backends.cuda.matmul`` / ``cudnn``
 # ``allow_tf32``); a tf32 row of any other family runs the float32 kernel: memory-bound ops have no matrix math, and
 # scaled dot-product attention takes float32 through its memory-efficient kernel (flash attention takes 16-bit only),
-# which reads no TF32 flag. Measured with the cuda backend (benchmarks/gpu_holdout.py, 40 SDPA shapes timed in float32
-# and in tf32 on each GPU): tf32 / float32 runtime 1.00 (0.92-1.04) on an H100 and 1.00 (0.96-1.04) on an H200;
-# costed at the TF32 peak, the H100's tf32 SDPAs came out at 0.48 of their time (median), its float32 ones at 0.96.
+# which reads no TF32 flag.
 TF32_FAMILIES = ("gemm", "conv")
 DEFAULT_CONV_MATH = "ieee"
 SOURCE_CONV_MATH = {"neusight": "tf32"}
@@ -554,12 +500,6 @@ def link_of(spec: HardwareSpec) -> tuple[float, float, bool]:
     return spec.link_bandwidth_bytes_s, spec.link_latency_s or 0.0, kind.startswith("pcie")
 
 
-@functools.lru_cache(maxsize=1)
-def laws() -> dict:
-    """The numbers of these laws kept in ``conf/physics.yaml`` (each with its provenance there)."""
-    return yaml.safe_load(LAWS_PATH.read_text())
-
-
 def comm_time_s(ops, wire_bytes, gpus, link_bw, link_lat, pcie) -> np.ndarray:
     """Per row the ring time (s) of a collective (:data:`COMM_FAMILIES`): the bytes a GPU sends over its link at the
     link's bandwidth, shared on a PCIe node by the ring's GPUs beyond two (``(2 / g)^exponent``, conf/physics.yaml),
@@ -621,8 +561,8 @@ def element_math_s(ops: np.ndarray, m: np.ndarray, n: np.ndarray, fp32_flops: np
 
 
 def derived_inputs(X) -> dict[str, np.ndarray]:
-    """The learner columns read off the one-hot columns of a physics frame (a frame or a dict of arrays; a frame kept
-    before stop 36 lacks them): ``tensor_cores`` (a tensor math mode) and ``gemm_like`` (a GEMM or attention row)."""
+    """The learner columns read off the one-hot columns of a physics frame (a frame or a dict of arrays):
+    ``tensor_cores`` (a tensor math mode) and ``gemm_like`` (a GEMM, attention or MoE row)."""
     return {
         "tensor_cores": sum(np.asarray(X[f"mode_{m}"], float) for m in TENSOR_MODES),
         "gemm_like": sum(np.asarray(X[f"family_{f}"], float) for f in GEMM_LIKE_FAMILIES),

@@ -6,6 +6,10 @@
 * ``save(dir)`` / ``load(dir)`` round-trip the fitted model through a directory holding ``model.json``
   (class, hyper-parameters, target) plus whatever payload the model needs.
 
+Optional capabilities are protocols (:class:`Calibratable`, :class:`HasDomain`, :class:`HasIntervals`): a caller asks
+``isinstance(model, Calibratable)`` rather than probing attribute names, and ``tests/test_conformance.py`` checks that
+every model of ``conf/model/`` honours the ones it declares.
+
 Runtimes span orders of magnitude, so learned models fit ``log(y)`` and predict ``exp(.)``.
 """
 
@@ -16,6 +20,7 @@ import inspect
 import json
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -27,8 +32,10 @@ class CostModel(ABC):
     name: str = "base"
 
     def get_params(self) -> dict:
+        """The hyper-parameters: the named parameters of ``__init__`` (none for a model without one)."""
         sig = inspect.signature(type(self).__init__)
-        return {p: getattr(self, p) for p in sig.parameters if p != "self"}
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return {p: getattr(self, p) for p, v in sig.parameters.items() if p != "self" and v.kind in named}
 
     @abstractmethod
     def fit(self, X: pd.DataFrame, y: np.ndarray) -> CostModel: ...
@@ -57,6 +64,39 @@ class CostModel(ABC):
         model = cls(**meta["params"])
         model._load_payload(path)
         return model
+
+
+@runtime_checkable
+class Calibratable(Protocol):
+    """A model that learns a new hardware from a few of its measured rows: ``calibrate`` returns a new fitted model
+    (``self`` unchanged) that also predicts that hardware; ``method`` names how (the model's own choices)."""
+
+    def calibrate(self, X_new: pd.DataFrame, y_new, hardware: str | None = None, method: str = "auto") -> CostModel: ...
+
+
+PREDICT_DOMAIN_COLUMNS = ("in_domain", "domain_distance", "domain_reason", "hardware_seen")
+
+
+@runtime_checkable
+class HasDomain(Protocol):
+    """A model that says where each prediction stands: ``predict_domain(X)`` is a frame with one row per row of ``X``
+    and at least the columns :data:`PREDICT_DOMAIN_COLUMNS` (``models.domain``), beside its prediction and interval."""
+
+    def predict_domain(self, X: pd.DataFrame) -> pd.DataFrame: ...
+
+
+@runtime_checkable
+class HasIntervals(Protocol):
+    """A model that gives its own prediction interval: ``predict_interval(X)`` is ``(pred, lo, hi)``, arrays of one
+    value per row with ``lo <= pred <= hi``; served and scored instead of the split-conformal half-widths of
+    ``models.conformal.fit_calibrated`` (which give an interval to any model)."""
+
+    def predict_interval(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+class ArtifactError(ValueError):
+    """A saved model this code cannot load (e.g. fitted against other physics laws); the message is one line that says
+    what to do."""
 
 
 def load_model(path: str | Path) -> CostModel:

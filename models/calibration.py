@@ -42,8 +42,10 @@ class NotBetter(RuntimeError):
 
 
 def can_calibrate(inner) -> bool:
-    """Does the served python model (``models.serving.Predictor``) hold a model with ``calibrate()``?"""
-    return hasattr(inner, "model") and callable(getattr(inner.model, "calibrate", None))
+    """Does the served python model (``models.serving.Predictor``) hold a :class:`models.base.Calibratable` model?"""
+    from models.base import Calibratable
+
+    return isinstance(getattr(inner, "model", None), Calibratable)
 
 
 def ensure_hardware(inner, hardware: str, hardware_dir=None) -> str:

@@ -178,10 +178,7 @@ def calibrate_widening(scores, distance, hardware_seen, level: float = 0.9, grou
     (``knots_seen``: larger shapes, other dtypes) and one for hardware outside it (``knots_unseen``). ``slope`` (the
     largest conformal quantile of ``max(0, s - q) / d`` over each quarter of the rows outside: the line ``q + slope d``
     of widenings fitted before the curves) is kept for a fit without enough outside rows (a ``q`` per unit of
-    distance when no fold row was outside) and reported. Measured, the physics model alone on the checks' folds
-    (seed 0; coverage of the 90% interval, mean log half-width), line -> curves and per-family ``q``: (a) 1.00 / 2.40
-    -> 0.98 / 0.59, (c) 1.00 / 1.84 -> 1.00 / 0.48, (e) 0.99 / 1.57 -> 1.00 / 0.87, (d) 0.87 / 0.79 -> 0.96 / 1.17,
-    (b) 0.75 / 0.78 -> 0.79 / 0.36, ``extrapolation_b_all`` 0.95 / 0.61 -> 0.97 / 0.60.
+    distance when no fold row was outside) and reported (docs/decisions/0017-intervals-widened-with-domain-distance.md).
 
     ``groups`` (per row, e.g. its op family): ``by_group`` holds a ``q_seen`` / ``q_unseen`` per group from its own
     rows (the pooled ones where it has too few; its ``q_unseen`` never below its ``q_seen`` nor the pooled

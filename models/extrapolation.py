@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from models.base import Calibratable, HasDomain
 from models.evaluate import regression_metrics
 
 CHECKS = ("a", "b", "c", "d", "e", "f", "llm")
@@ -212,7 +213,7 @@ def scoped_metrics(rows: pd.DataFrame, y, pred, extra: pd.DataFrame | None = Non
 
 
 def _with_domain(model, X, y) -> tuple[np.ndarray, pd.DataFrame | None]:
-    if hasattr(model, "predict_domain"):
+    if isinstance(model, HasDomain):
         dom = model.predict_domain(X)
         extra = pd.DataFrame(
             {
@@ -287,7 +288,7 @@ def run_check(
 
 def _few_shot(base, X, y, cal, test, hardware) -> tuple[np.ndarray, pd.DataFrame | None]:
     Xc, Xt = X.iloc[cal].reset_index(drop=True), X.iloc[test].reset_index(drop=True)
-    if hasattr(base, "calibrate"):
+    if isinstance(base, Calibratable):
         return _with_domain(base.calibrate(Xc, y[cal], hardware=hardware), Xt, y[test])
     factor = float(np.median(y[cal] / np.asarray(base.predict(Xc), float)))
     return np.asarray(base.predict(Xt), float) * factor, None

@@ -244,9 +244,6 @@ class GNNModel(CostModel):
         bound: float = 2.0,
         shrink: float = 0.0,
     ):
-        _check_graph_options(conv, hidden, heads, bound)
-        if readout not in ("anchored", "free"):
-            raise ValueError(f"readout must be 'anchored' or 'free', got {readout!r}")
         self.hidden = hidden
         self.layers = layers
         self.epochs = epochs
@@ -272,6 +269,9 @@ class GNNModel(CostModel):
         import torch
         from torch_geometric.loader import DataLoader
 
+        _check_graph_options(self.conv, self.hidden, self.heads, self.bound)
+        if self.readout not in ("anchored", "free"):
+            raise ValueError(f"readout must be 'anchored' or 'free', got {self.readout!r}")
         X, y = _check_graphs(X, y)
         net = self._build(X[0].x.shape[1], X[0].u.shape[1])
         xs, us = torch.cat([g.x for g in X]), torch.cat([g.u for g in X])
@@ -505,7 +505,6 @@ class ResidualGNNModel(CostModel):
         bound: float = 0.5,
         shrink: float = 1.0,
     ):
-        _check_graph_options(conv, hidden, heads, bound)
         self.kernel_model = kernel_model
         self.execution = execution
         self.hidden = hidden
@@ -562,6 +561,7 @@ class ResidualGNNModel(CostModel):
 
         from models.compose import NetworkComposer
 
+        _check_graph_options(self.conv, self.hidden, self.heads, self.bound)
         X, y = _check_graphs(X, y)
         if any(getattr(g, "kind", None) is None for g in X):
             raise ValueError("X holds graphs without kind: encode them with features.composed.ComposedGraphEncoder")

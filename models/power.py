@@ -106,13 +106,10 @@ class PowerSurrogate(CostModel):
     targets = ("runtime_ms", "power_w", DERIVED)
 
     def __init__(self, kind: str = "xgb", xgb: dict | None = None, multi_target: bool = True, power_cap: float = 1.12):
-        if kind not in ("analytical", "xgb", "residual", *HYBRID):
-            raise ValueError(f"unknown power model kind {kind!r} (analytical, xgb, residual, hybrid)")
         self.kind = kind
-        self.xgb = dict(xgb or {})
-        self.multi_target = bool(multi_target)
-        self.power_cap = float(power_cap)
-        self.last_bounded = 0
+        self.xgb = xgb
+        self.multi_target = multi_target
+        self.power_cap = power_cap
 
     @property
     def joint(self) -> bool:
@@ -120,14 +117,17 @@ class PowerSurrogate(CostModel):
 
     def _build(self) -> dict[str, CostModel]:
         rt_kind, pw_kind = HYBRID.get(self.kind, (self.kind, self.kind))
+        xgb = dict(self.xgb or {})
         if self.multi_target and self.kind != "analytical":
-            return {"joint": make_joint_model(self.kind, **self.xgb)}
+            return {"joint": make_joint_model(self.kind, **xgb)}
         return {
-            "runtime_ms": make_model(rt_kind, "runtime_ms", **({} if rt_kind == "analytical" else self.xgb)),
-            "power_w": make_model(pw_kind, "power_w", **({} if pw_kind == "analytical" else self.xgb)),
+            "runtime_ms": make_model(rt_kind, "runtime_ms", **({} if rt_kind == "analytical" else xgb)),
+            "power_w": make_model(pw_kind, "power_w", **({} if pw_kind == "analytical" else xgb)),
         }
 
     def fit(self, X: pd.DataFrame, y) -> PowerSurrogate:
+        if self.kind not in ("analytical", "xgb", "residual", *HYBRID):
+            raise ValueError(f"unknown power model kind {self.kind!r} (analytical, xgb, residual, hybrid)")
         y = np.asarray(y.to_numpy() if isinstance(y, pd.DataFrame) else y, float)
         if y.ndim != 2 or y.shape[1] not in (2, 3):
             raise ValueError(
@@ -143,6 +143,10 @@ class PowerSurrogate(CostModel):
         return self
 
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        return self._predict(X)[0]
+
+    def _predict(self, X: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+        """The predictions and how many of their powers the [idle, power_cap x TDP] bound changed."""
         if not hasattr(self, "models"):
             raise RuntimeError("PowerSurrogate is not fitted")
         if self.joint:
@@ -152,8 +156,8 @@ class PowerSurrogate(CostModel):
             runtime = np.asarray(self.models["runtime_ms"].predict(X), float)
             raw = np.asarray(self.models["power_w"].predict(X), float)
         power = np.clip(raw, X["hw_idle_power_w"].to_numpy(float), self.power_cap * X["hw_tdp_w"].to_numpy(float))
-        self.last_bounded = int(np.sum(power != raw))
-        return pd.DataFrame({"runtime_ms": runtime, "power_w": power, DERIVED: derive_energy_j(power, runtime)})
+        frame = pd.DataFrame({"runtime_ms": runtime, "power_w": power, DERIVED: derive_energy_j(power, runtime)})
+        return frame, int(np.sum(power != raw))
 
     def _save_payload(self, path: Path) -> None:
         for key, model in self.models.items():
@@ -199,8 +203,8 @@ def spec_only(model: PowerSurrogate, registry, hardware: list[str], q: dict[str,
         dict(op="layernorm", m=4096, n=4096, dtype="bfloat16"),
     ]
     frame = pd.DataFrame([{**s, "hardware": h} for h in hardware for s in shapes])
-    pred = model.predict(PowerFeaturizer(registry).transform(frame))
-    pred["bounded"] = model.last_bounded  # predictions the [idle, cap x TDP] bound changed (whole table)
+    pred, bounded = model._predict(PowerFeaturizer(registry).transform(frame))
+    pred["bounded"] = bounded  # predictions the [idle, cap x TDP] bound changed (whole table)
     for t in (*TARGETS, DERIVED):
         pred[f"{t}_lo"], pred[f"{t}_hi"] = pred[t] * np.exp(-q[t]), pred[t] * np.exp(q[t])
     specs = [registry.get(h) for h in frame["hardware"]]

@@ -73,7 +73,7 @@ from mlflow.types import ColSpec, Schema
 
 from data.hardware import HardwareRegistry
 from features.tabular import FeatureError
-from models.base import CostModel
+from models.base import ArtifactError, CostModel
 from models.serving import (  # noqa: F401 - the serving names, importable from here as before
     COMBINE,
     DOMAIN_COLUMNS,
@@ -126,7 +126,10 @@ class CostModelPyfunc(mlflow.pyfunc.PythonModel):
 
     def load_context(self, context):
         a = context.artifacts
-        self.predictor = Predictor.from_artifacts(a["hardware"], a["meta"], a["model"])
+        try:
+            self.predictor = Predictor.from_artifacts(a["hardware"], a["meta"], a["model"])
+        except ArtifactError as exc:  # one line that says what to do, as MLflow's own load errors are
+            raise MlflowException(str(exc)) from None
 
     def __getattr__(self, name):
         if name in ("registry", "meta", "encoder", "model", "with_hardware") and "predictor" in self.__dict__:

@@ -47,6 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.hardware import CONF_DIR, HardwareRegistry
 from data.workloads import SHAPE_PARAMS
 from features.physics import layout_of, measurement_settings
+from models.base import HasDomain, HasIntervals
 from models.conformal import fit_calibrated, loo_coverage, take
 from models.evaluate import regression_metrics, smape, within_group_kendall
 from models.splits import FOLDS, SPLITS
@@ -348,11 +349,10 @@ def _calibrate(make, X, Y, rows: pd.DataFrame, train, interval: DictConfig, leve
 
 
 def predict_interval(cal, X, groups):
-    """``(pred, lo, hi)`` of a calibrated fit: a model with a domain of validity (``predict_domain``) gives its own
-    interval, widened outside the training domain (what it serves); others the split-conformal half-widths."""
-    if hasattr(cal.model, "predict_domain"):
-        dom = cal.model.predict_domain(X)
-        return tuple(dom[c].to_numpy(float) for c in ("runtime_ms", "lo_ms", "hi_ms"))
+    """``(pred, lo, hi)`` of a calibrated fit: a model with its own intervals (``models.base.HasIntervals``, e.g.
+    widened outside its training domain: what it serves) gives them; others the split-conformal half-widths."""
+    if isinstance(cal.model, HasIntervals):
+        return cal.model.predict_interval(X)
     return cal.predict_interval(X, groups)
 
 
@@ -634,8 +634,8 @@ def register(
         for k, v in res.metrics.items()
         if k.startswith(f"test/all/{prefix}") and not k.endswith(("fit_seconds", "n_train"))
     }
-    # as served: a champion re-scored on these rows answers for each as it was measured, as the challenger did (with
-    # the describe columns alone it predicted every row back to back and row-major: v9 16.6% MAPE, its own 13.6)
+    # as served: a champion re-scored on these rows answers for each as it was measured (its harness, its operand
+    # layout), as the challenger did; the describe columns alone would ask for every row back to back and row-major
     heldout = served_frame(rows, test, describe).assign(**{col: Y[test, j], f"pred_{col}": res.fits["test"].pred[:, j]})
     return tracking.register(
         res.model_uri,
@@ -686,7 +686,7 @@ def served_model(name: str, cal, entry: Entry, unit: str, target: Target, regist
         intervals=intervals,
         level=level,
         trained_hardware=trained,
-        domain=hasattr(cal.model, "predict_domain"),
+        domain=isinstance(cal.model, HasDomain),
     )
     example = rows.iloc[test[:3]][describe].reset_index(drop=True)
     if unit != "network":

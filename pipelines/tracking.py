@@ -15,9 +15,8 @@ rows, resampling held-out shapes (:func:`compare_rows`, ``models.compare``; :dat
   both are compared there (on the rows the champion can featurize, e.g. hardware it knows), less the rows the
   champion was trained on: each run keeps its registered fit's training rows as keys
   (``eval/training_keys.npy``, :func:`row_keys` of the rows as served). A champion trained on another split or
-  sample has seen some of this run's held-out rows, and scored on them it looked better than it is (a main job
-  whose GEMM sample grew 10x: the champion of the larger sample 8.6% MAPE on the new run's rows, 10.4 for the
-  new model). A champion logged before the keys is compared on every row, which favours it.
+  sample has seen some of this run's held-out rows, and scored on them it would look better than it is. A champion
+  logged without the keys is compared on every row, which favours it.
 
 A caller with no held-out rows (``heldout=None``) compares the stored ``test_<metric>`` tags of the same split.
 

@@ -110,10 +110,10 @@ def test_gnn_bad_input():
         GNNModel().fit(_graphs()[:2], [1.0, -1.0])
     with pytest.raises(RuntimeError, match="not fitted"):
         GNNModel().predict(_graphs()[:1])
-    with pytest.raises(ValueError, match="conv must be"):
-        GNNModel(conv="gcn")
+    with pytest.raises(ValueError, match="conv must be"):  # parameters are checked at fit (__init__ only stores)
+        GNNModel(conv="gcn").fit(_graphs()[:2], [1.0, 2.0])
     with pytest.raises(ValueError, match="readout must be"):
-        GNNModel(readout="mean")
+        GNNModel(readout="mean").fit(_graphs()[:2], [1.0, 2.0])
     g = _graphs()[0]
     del g.roofline_ms
     with pytest.raises(ValueError, match="without roofline_ms"):

@@ -1,4 +1,6 @@
-"""The common suite every CostModel passes, plus a check that learning beats the roofline baseline."""
+"""The tabular models (trees, roofline, residual) on simulated kernels: learning beats the roofline, bad targets are one
+error, multi-target fits. The contract every CostModel honours is checked on every conf/model entry in
+tests/test_conformance.py."""
 
 import numpy as np
 import pandas as pd
