@@ -19,12 +19,14 @@ calls :func:`run_experiment` with its composed config; ``pipelines/evaluate.py``
   refitted per fold (``eval_trees`` scales tree counts; ``eval_interval``: calibrate inside each fold too) and scored
   on its pooled test rows;
 * ``register``: ``models`` (the candidates, null = all), ``select_split`` + ``select_metric`` (what ranks the
-  candidates, over the target's ``rank_by`` columns in order), ``name`` / ``alias``: the one champion rule,
+  candidates, over the target's ``rank_by`` columns in order) on ``select_scope`` (``all`` rows, or
+  ``hardware_mean``: the metric averaged over the held-out hardware), ``name`` / ``alias``: the one champion rule,
   ``pipelines.tracking.register``.
 
 **Metric keys**: ``<split>/<scope>/<metric>``, one scheme for every job. ``split``: ``test`` (the champion split's
 held-out rows, the registered fit), an eval split's name, ``calibration`` (the interval's half-widths), or a job's
-own (``noise_floor``). ``scope``: ``all``, a hardware id, ``family:<name>``. ``metric``: ``mape``, ``medape``,
+own (``noise_floor``). ``scope``: ``all``, a hardware id, ``hardware_mean`` (each metric averaged over the hardware
+ids, with ``scopes: [hardware]``), ``family:<name>``. ``metric``: ``mape``, ``medape``,
 ``smape``, ``r2_log``, ``kendall_tau``, ``group_kendall_tau``, ``coverage90``, ``n``, ``folds``, ``fit_seconds``,
 ... A multi-target run (several ``target.columns``, e.g. the power model) names a target's metric
 ``<column>.<metric>`` (``test/all/power_w.medape``); a metric over all targets keeps its bare name.
@@ -237,6 +239,9 @@ def coverage_key(level: float) -> str:
     return f"coverage{round(level * 100)}"
 
 
+HARDWARE_MEAN = "hardware_mean"  # the scope of the metrics averaged over the hardware scopes (scopes: [hardware])
+
+
 def scope_masks(rows: pd.DataFrame, scopes) -> dict[str, np.ndarray]:
     """``all`` and, per entry of ``scopes``, one mask per value: ``hardware`` -> the hardware id, ``family`` ->
     ``family:<name>``."""
@@ -275,6 +280,10 @@ def score(
                 metrics[coverage_key(level)] = float(np.mean((y >= lo[m, j]) & (y <= hi[m, j])))
             values.update({target.key(k, col): v for k, v in metrics.items()})
         out[scope] = values
+    hardware = sorted(set(rows["hardware"].astype(str))) if "hardware" in (scopes or ()) else []
+    if len(hardware) > 1:  # each hardware counted once, whatever its row count: the error expected on a GPU held out
+        common = [k for k in out[hardware[0]] if all(k in out[h] for h in hardware)]  # a few rows score fewer metrics
+        out[HARDWARE_MEAN] = {k: float(np.mean([out[h][k] for h in hardware])) for k in common}
     return out
 
 
@@ -596,7 +605,15 @@ def run_experiment(
         if select != "test" and select not in folds:
             note(f"register.select_split {select} was not scored on these rows: candidates ranked on test")
             select = "test"
-        rank_keys = [f"{select}/all/{target.key(metric, c)}" for c in target.rank_by]
+        scope = cfg.register.get("select_scope") or "all"
+        if scope != "all" and not all(
+            f"{select}/{scope}/{target.key(metric, c)}" in results[n].metrics
+            for n in candidates
+            for c in target.rank_by
+        ):
+            note(f"register.select_scope {scope} was not scored on {select}: candidates ranked on all rows")
+            scope = "all"
+        rank_keys = [f"{select}/{scope}/{target.key(metric, c)}" for c in target.rank_by]
         sign = 1 if tracking.LOWER_IS_BETTER.get(metric, True) else -1
         best = min(candidates, key=lambda n: tuple(sign * results[n].metrics[k] for k in rank_keys))
         decision = register(
