@@ -288,3 +288,29 @@ def power_plots(rows: pd.DataFrame, pred: pd.DataFrame, name: str, directory) ->
     fig.savefig(files[-1], dpi=110)
     plt.close(fig)
     return files
+
+
+def record(
+    split: str,
+    model: str,
+    metrics: dict,
+    rows: pd.DataFrame,
+    y,
+    pred,
+    seconds: float,
+    extra=None,
+    kind: str = "runtime",
+) -> dict:
+    """One (split, model) result: ``metrics[scope][metric]``, the scored ``rows`` with truth ``y`` and ``pred``,
+    ``kind`` (runtime | resource | classify: how it is plotted), ``extra`` tables to keep beside it."""
+    return {
+        "split": split,
+        "model": model,
+        "metrics": metrics,
+        "rows": rows,
+        "y": y,
+        "pred": pred,
+        "seconds": seconds,
+        "extra": extra or {},
+        "kind": kind,
+    }

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from models.base import CostModel, check_targets
+from models.trainer import trainer
 
 STD_FLOOR = 0.1  # feature std floor: a rare one-hot column does not scale by 1000 at test time
 IGNORE = 1e12  # the "std" of a column constant in training: it normalises to 0, whatever it holds later
@@ -182,30 +183,6 @@ def _lightning_module(net, lr: float, weight_decay: float, shrink: float = 0.0):
             return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=weight_decay)
 
     return Module()
-
-
-def trainer(max_epochs: int, seed: int):
-    """A quiet CPU Lightning trainer (no logger, checkpoints or progress bar)."""
-    import logging
-    import warnings
-
-    import lightning as L
-
-    for name in ("lightning", "lightning.pytorch", "lightning.pytorch.utilities.rank_zero"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module=r"lightning\.")
-    warnings.filterwarnings("ignore", ".*(does not have many workers|LeafSpec|number of training batches).*")
-    L.seed_everything(seed, workers=True, verbose=False)
-    return L.Trainer(
-        max_epochs=max_epochs,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        deterministic=True,
-    )
 
 
 def _check_graph_options(conv: str, hidden: int, heads: int, bound: float) -> None:

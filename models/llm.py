@@ -1084,3 +1084,59 @@ def _notes(summary: dict, p: Plan) -> list[str]:
             "roofline (in_domain false)"
         )
     return notes
+
+
+def _int_cell(row: Mapping, key: str, default: int | None, i: int) -> int:
+    v = row.get(key)
+    if v is None or isinstance(v, float) and math.isnan(v):
+        if default is None:
+            raise LLMError(f"row {i}: an LLM request needs {key!r}")
+        return default
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) or v != int(v):
+        raise LLMError(f"row {i}: {key} must be an integer, got {v!r}"[:200])
+    return int(v)
+
+
+def _text_cell(row: Mapping, key: str) -> str | None:
+    v = row.get(key)
+    if v is None or isinstance(v, float) and math.isnan(v) or v == "":
+        return None
+    return str(v)
+
+
+def llm_rows(
+    frame: pd.DataFrame, predict: Callable[[pd.DataFrame], pd.DataFrame], registry=None, harness: str | None = None
+) -> pd.DataFrame:
+    """One LLM request per row (``llm_config``: the config.json as JSON text or an object, ``hardware``, ``tp``,
+    ``batch``, ``isl``, ``osl``; optional ``ep``, ``dtype``, ``kv_dtype``) -> one row of figures each
+    (``LLMPrediction.summary``), the kernels costed by ``predict`` (a kernel model's own) and the roofline where it
+    cannot, for the timing ``harness`` where the model takes one. The served pyfunc's answer to an LLM request
+    (REST)."""
+    from data.hardware import HardwareRegistry
+
+    registry = registry or HardwareRegistry.from_dir()
+    coster = PredictCoster(predict, "served kernel model", fallback=RooflineCoster(registry), harness=harness)
+    out = []
+    for i, row in enumerate(frame.to_dict("records")):
+        if not _text_cell(row, "hardware"):
+            raise LLMError(f"row {i}: an LLM request needs 'hardware'")
+        text = row.get("llm_config")
+        if not isinstance(text, Mapping) and not (isinstance(text, str) and text.lstrip().startswith("{")):
+            raise LLMError(f"row {i}: llm_config must be a config.json's JSON text (or a JSON object)")
+        raw, where = read_config(text, f"row {i}")
+        cfg = parse_config(raw, where)
+        res = predict_llm(
+            cfg,
+            row["hardware"],
+            coster,
+            tp=_int_cell(row, "tp", 1, i),
+            ep=_int_cell(row, "ep", 1, i),
+            dtype=_text_cell(row, "dtype"),
+            kv_dtype=_text_cell(row, "kv_dtype"),
+            batch=_int_cell(row, "batch", None, i),
+            isl=_int_cell(row, "isl", None, i),
+            osl=_int_cell(row, "osl", None, i),
+            registry=registry,
+        )
+        out.append({**res.summary, "model": raw.get("_name_or_path") or cfg.architecture})
+    return pd.DataFrame(out)

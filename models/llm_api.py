@@ -9,28 +9,25 @@
 ``"roofline"`` (the plain spec roofline, no store needed); ``power_model`` (optional) a power model's URI whose
 per-kernel power gives power and energy per output token. The composition, the serving law and the figures are
 ``models.llm``'s. REST: a registered kernel model answers one LLM request per row with an ``llm_config`` column
-(:func:`llm_rows`, called by the served pyfunc, ``models/pyfunc.py``; the request shape is in ``docs/llm.md``).
+(``models.llm.llm_rows``, called by the served pyfunc, ``models/serving.py``; the request shape is in ``docs/llm.md``).
 Bad input raises :class:`models.llm.LLMError` (a ``ValueError``) with one line.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-import numpy as np
 import pandas as pd
 
-from models.llm import (
+from models.llm import (  # noqa: F401 - llm_rows: the served pyfunc's answer to an LLM request, importable here too
     KernelCoster,
     LLMError,
     LLMPrediction,
     PredictCoster,
     RooflineCoster,
+    llm_rows,
     load_config,
-    parse_config,
     predict_llm,
-    read_config,
 )
 
 ROOFLINE = "roofline"
@@ -112,62 +109,6 @@ def predict_llm_config(
     power = kernel_coster(power_model, tracking_uri) if power_model is not None else None
     registry = getattr(getattr(coster, "fallback", None), "registry", None) or getattr(coster, "registry", None)
     return predict_llm(cfg, hardware, coster, power=power, registry=registry, **request)
-
-
-def _int_cell(row: Mapping, key: str, default: int | None, i: int) -> int:
-    v = row.get(key)
-    if v is None or isinstance(v, float) and math.isnan(v):
-        if default is None:
-            raise LLMError(f"row {i}: an LLM request needs {key!r}")
-        return default
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) or v != int(v):
-        raise LLMError(f"row {i}: {key} must be an integer, got {v!r}"[:200])
-    return int(v)
-
-
-def _text_cell(row: Mapping, key: str) -> str | None:
-    v = row.get(key)
-    if v is None or isinstance(v, float) and math.isnan(v) or v == "":
-        return None
-    return str(v)
-
-
-def llm_rows(
-    frame: pd.DataFrame, predict: Callable[[pd.DataFrame], pd.DataFrame], registry=None, harness: str | None = None
-) -> pd.DataFrame:
-    """One LLM request per row (``llm_config``: the config.json as JSON text or an object, ``hardware``, ``tp``,
-    ``batch``, ``isl``, ``osl``; optional ``ep``, ``dtype``, ``kv_dtype``) -> one row of figures each
-    (``LLMPrediction.summary``), the kernels costed by ``predict`` (a kernel model's own) and the roofline where it
-    cannot, for the timing ``harness`` where the model takes one. The served pyfunc's answer to an LLM request
-    (REST)."""
-    from data.hardware import HardwareRegistry
-
-    registry = registry or HardwareRegistry.from_dir()
-    coster = PredictCoster(predict, "served kernel model", fallback=RooflineCoster(registry), harness=harness)
-    out = []
-    for i, row in enumerate(frame.to_dict("records")):
-        if not _text_cell(row, "hardware"):
-            raise LLMError(f"row {i}: an LLM request needs 'hardware'")
-        text = row.get("llm_config")
-        if not isinstance(text, Mapping) and not (isinstance(text, str) and text.lstrip().startswith("{")):
-            raise LLMError(f"row {i}: llm_config must be a config.json's JSON text (or a JSON object)")
-        raw, where = read_config(text, f"row {i}")
-        cfg = parse_config(raw, where)
-        res = predict_llm(
-            cfg,
-            row["hardware"],
-            coster,
-            tp=_int_cell(row, "tp", 1, i),
-            ep=_int_cell(row, "ep", 1, i),
-            dtype=_text_cell(row, "dtype"),
-            kv_dtype=_text_cell(row, "kv_dtype"),
-            batch=_int_cell(row, "batch", None, i),
-            isl=_int_cell(row, "isl", None, i),
-            osl=_int_cell(row, "osl", None, i),
-            registry=registry,
-        )
-        out.append({**res.summary, "model": raw.get("_name_or_path") or cfg.architecture})
-    return pd.DataFrame(out)
 
 
 def _ms(v: float) -> str:

@@ -245,7 +245,7 @@ def registered_coster(uri: str, tracking_uri: str | None, registry) -> PredictCo
 
 def evaluate_llm_serving(ds, seed: int, rows, registry, models: dict, out_dir) -> list[dict]:
     """The check (module docstring): one record per kernel model (the kernel model, the roofline)."""
-    from models.public_eval import record
+    from models.evaluate import record
 
     conf = with_law(load_conf(), ds)
     kernel = str(ds.get("kernel_model") or "physics")

@@ -60,6 +60,7 @@ from models.evaluate import (
     few_shot_scaled_error,
     oracle_scaled_error,
     ranking_metrics,
+    record,
     regression_metrics,
     resource_metrics,
     smape,
@@ -75,32 +76,6 @@ from models.splits import (
 )
 
 FPGA_TARGETS = ("lut", "ff", "dsp", "bram_18k", "latency_cycles")
-
-
-def record(
-    split: str,
-    model: str,
-    metrics: dict,
-    rows: pd.DataFrame,
-    y,
-    pred,
-    seconds: float,
-    extra=None,
-    kind: str = "runtime",
-) -> dict:
-    """One (split, model) result: ``metrics[scope][metric]``, the scored ``rows`` with truth ``y`` and ``pred``,
-    ``kind`` (runtime | resource | classify: how it is plotted), ``extra`` tables to keep beside it."""
-    return {
-        "split": split,
-        "model": model,
-        "metrics": metrics,
-        "rows": rows,
-        "y": y,
-        "pred": pred,
-        "seconds": seconds,
-        "extra": extra or {},
-        "kind": kind,
-    }
 
 
 # --- NeuSight ---------------------------------------------------------------------------------------------

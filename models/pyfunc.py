@@ -41,7 +41,7 @@ inside only if every kernel is.
 
 A runtime kernel model also answers LLM requests: rows with an ``llm_config`` column (a Hugging Face config.json as
 JSON text, ``hardware``, ``tp``, ``batch``, ``isl``, ``osl``, optional ``ep``, ``dtype``, ``kv_dtype``) get one row
-of serving figures each (``models.serving.Predictor``, ``models.llm_api.llm_rows``: TTFT, TPOT, memory, throughput;
+of serving figures each (``models.serving.Predictor``, ``models.llm.llm_rows``: TTFT, TPOT, memory, throughput;
 ``docs/llm.md``), its kernels costed by this model.
 
 Bad input (unknown hardware, unknown op, a missing or invalid shape, MLIR that is not text) raises an

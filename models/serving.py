@@ -14,7 +14,7 @@ Beyond the model's own prediction, two things every served row gets here:
   FLOPs take at the spec's peak or its bytes at the spec's bandwidth. The output frame's ``attrs["below_sol"]``
   counts the rows whose point prediction was raised to it.
 
-A runtime kernel model also answers LLM requests (rows with ``llm_config``: ``models.llm_api.llm_rows``, its own
+A runtime kernel model also answers LLM requests (rows with ``llm_config``: ``models.llm.llm_rows``, its own
 kernel predictions composed into an engine's steps and the serving law of ``models.llm``).
 
 Bad input raises ``features.tabular.FeatureError`` with one line naming the row.
@@ -215,9 +215,9 @@ class Predictor:
         return df, registry, build_encoder(self.meta["encoder"], registry)
 
     def _predict_llm(self, df: pd.DataFrame) -> pd.DataFrame:
-        """LLM requests (a row per request with ``llm_config``): ``models.llm_api.llm_rows`` over this model's own
+        """LLM requests (a row per request with ``llm_config``): ``models.llm.llm_rows`` over this model's own
         kernel predictions; a bad request is one ``FeatureError`` line."""
-        from models.llm_api import llm_rows
+        from models.llm import llm_rows
 
         try:
             harness = "cuda_graph" if self.meta.get("domain") else None  # a physics model: device times

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from models.base import CostModel, check_targets
-from models.gnn import trainer
+from models.trainer import trainer
 
 
 def _ids(X) -> list:

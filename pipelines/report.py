@@ -280,7 +280,7 @@ def networks(exp, title: str) -> None:
 
 # --------------------------------------------------------------------------- public datasets
 def public_eval_files(r: dict, dataset: str):
-    """The ``eval/`` files of one public-dataset record (``models.public_eval.record``): predictions, parity plot,
+    """The ``eval/`` files of one public-dataset record (``models.evaluate.record``): predictions, parity plot,
     error CDF, a bar per hardware (runtime) or per target (FPGA resources), the record's extra tables."""
     from features.public_data import DESCRIBE
     from models.evaluate import bar_plot, error_cdf_plot, parity_plot

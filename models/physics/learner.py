@@ -158,7 +158,7 @@ class EfficiencyLearner:
     def _fit_mlp(self, F, phys, floor, y, e_max, weight) -> None:
         import torch
 
-        from models.gnn import trainer
+        from models.trainer import trainer
 
         torch.set_num_threads(max(1, self.n_jobs))
         self.mean_, self.std_ = F.mean(axis=0), np.maximum(F.std(axis=0), 1e-6)
