@@ -388,41 +388,15 @@ def test_bad_configs_are_one_error_line(tmp_path, capsys, raw, args, msg):
 
 
 def test_a_missing_or_broken_config_file_is_one_line(tmp_path, capsys):
-    rc, _, err = cli_in_process(
-        capsys,
-        "llm",
-        "--config",
-        str(tmp_path / "none.json"),
-        "--hardware",
-        "H200-SXM",
-        "--batch",
-        "1",
-        "--isl",
-        "8",
-        "--osl",
-        "8",
-        "--model",
-        "roofline",
-    )
+    def llm(config):
+        request = ("--hardware", "H200-SXM", "--batch", "1", "--isl", "8", "--osl", "8", "--model", "roofline")
+        return cli_in_process(capsys, "llm", "--config", str(config), *request)
+
+    rc, _, err = llm(tmp_path / "none.json")
     assert rc == 2 and "config file not found" in err and err.count("\n") == 1
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    rc, _, err = cli_in_process(
-        capsys,
-        "llm",
-        "--config",
-        str(bad),
-        "--hardware",
-        "H200-SXM",
-        "--batch",
-        "1",
-        "--isl",
-        "8",
-        "--osl",
-        "8",
-        "--model",
-        "roofline",
-    )
+    rc, _, err = llm(bad)
     assert rc == 2 and "config bad: not JSON" in err and err.count("\n") == 1
 
 
